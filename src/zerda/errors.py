@@ -1,0 +1,83 @@
+"""Zerda's exceptions and warnings: one root, ``ZerdaError``, and one subclass per kind of failure.
+
+The hierarchy::
+
+    ZerdaError
+    ├── ConfigurationError        a constructor or call got a bad option (also a ValueError)
+    ├── InvalidMessageError       a message is malformed (also a ValueError)
+    ├── InvalidSessionIdError     a session id is too long or has characters we do not accept
+    ├── StoreUnavailableError     the store cannot be reached; the backend's error is chained
+    ├── ContextOverflowError      the newest turn alone does not fit the token budget
+    ├── SummarizerError           the summarizer failed or timed out
+    └── CorruptDataError          stored data cannot be decoded
+
+    ZerdaWarning                  something was accepted but probably is not what you meant
+
+Every message names the offending value and says what would be valid.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "ContextOverflowError",
+    "CorruptDataError",
+    "InvalidMessageError",
+    "InvalidSessionIdError",
+    "StoreUnavailableError",
+    "SummarizerError",
+    "ZerdaError",
+    "ZerdaWarning",
+]
+
+
+class ZerdaError(Exception):
+    """The root of every error Zerda raises on purpose."""
+
+
+class ConfigurationError(ZerdaError, ValueError):
+    """An option given to a constructor or a call is not valid."""
+
+
+class InvalidMessageError(ZerdaError, ValueError):
+    """A message (or an OpenAI dict meant as one) is malformed."""
+
+
+class InvalidSessionIdError(ZerdaError, ValueError):
+    """A session id is empty, too long, or has characters that are not accepted."""
+
+
+class StoreUnavailableError(ZerdaError):
+    """The store could not be reached; the backend's own exception is chained as ``__cause__``."""
+
+
+class ContextOverflowError(ZerdaError):
+    """The newest turn (or message) alone is larger than the token budget.
+
+    ``needed`` is the token count of what had to fit and ``limit`` the budget it had to fit in.
+    """
+
+    def __init__(self, message: str, *, needed: int, limit: int) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only arguments do not survive the default pickling of exceptions.
+        return (_rebuild_overflow, (str(self), self.needed, self.limit))
+
+
+def _rebuild_overflow(message: str, needed: int, limit: int) -> ContextOverflowError:
+    return ContextOverflowError(message, needed=needed, limit=limit)
+
+
+class SummarizerError(ZerdaError):
+    """The summarizer failed or timed out; nothing was lost, the turns wait for a later try."""
+
+
+class CorruptDataError(ZerdaError):
+    """Stored data could not be decoded; the store is left untouched."""
+
+
+class ZerdaWarning(UserWarning):
+    """Zerda accepted something that is probably not what you meant (the text says what)."""

@@ -1,0 +1,13 @@
+"""The memory classes users construct: the public API of Zerda."""
+
+from __future__ import annotations
+
+from zerda.memory._base import BaseMemory, MessageLike
+from zerda.memory._buffer import ConversationBufferMemory, ConversationBufferWindowMemory
+
+__all__ = [
+    "BaseMemory",
+    "ConversationBufferMemory",
+    "ConversationBufferWindowMemory",
+    "MessageLike",
+]

@@ -1,0 +1,296 @@
+"""BaseMemory: the message-level API, the seed (LangChain-style) API and their async twins."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from zerda.errors import ConfigurationError, InvalidMessageError, ZerdaWarning
+from zerda.messages import Message, Role, Turn, group_turns
+from zerda.stores._memory import InMemoryStore, Tail
+
+__all__ = ["BaseMemory", "MessageLike"]
+
+MessageLike = Message | Mapping[str, Any]
+"""What the message-level API accepts: a :class:`Message` or a dict in OpenAI format (which may
+also carry ``metadata`` and ``created_at``)."""
+
+# Marks a message recorded by ``save_context`` from a missing key or a ``None`` value, so that
+# the turn dict gives ``None`` back (the message itself holds ``""``).
+NONE_MARK = "zerda:none"
+
+_DEFAULT_SESSION = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """What a memory shows: pinned system messages and the turns it keeps, plus totals."""
+
+    system: tuple[Message, ...]
+    turns: Sequence[Turn]
+    stored_turns: int
+    stored_messages: int
+
+    def context(self) -> list[Message]:
+        out = list(self.system)
+        for turn in self.turns:
+            out.extend(turn.messages)
+        return out
+
+
+def _seed_value(message: Message | None) -> str | None:
+    if message is None or message.metadata.get(NONE_MARK):
+        return None
+    return message.content
+
+
+def turn_dict(turn: Turn) -> dict[str, Any]:
+    """A turn as the seed API shows it: ``{"input", "output", "timestamp"}``.
+
+    For a turn with tool calls, ``input`` is the user's text and ``output`` the final
+    assistant text (``None`` while the turn is still waiting for it).
+    """
+    first = turn.user or turn.messages[0]
+    return {
+        "input": _seed_value(turn.user),
+        "output": _seed_value(turn.reply),
+        "timestamp": first.created_at,
+    }
+
+
+def _check_key(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+class BaseMemory(ABC):
+    """What every Zerda memory does; subclasses only say which turns they keep.
+
+    Two ways in, one conversation: ``save_context`` records a user message and an assistant
+    message (one turn), ``add_message`` / ``add_messages`` record any messages, tool calls and
+    results included. Every method is safe to call from many threads at once, and each has an
+    ``a``-prefixed async twin.
+    """
+
+    _type_name: ClassVar[str] = "BaseMemory"
+
+    def __init__(
+        self,
+        return_messages: bool = False,
+        input_key: str = "input",
+        output_key: str = "output",
+        memory_key: str = "history",
+    ) -> None:
+        if not isinstance(return_messages, bool):
+            raise ConfigurationError(f"return_messages must be a bool, got {return_messages!r}")
+        self.return_messages = return_messages
+        self.input_key = _check_key(input_key, "input_key")
+        self.output_key = _check_key(output_key, "output_key")
+        self.memory_key = _check_key(memory_key, "memory_key")
+        self._store = InMemoryStore()
+        self._session_id = _DEFAULT_SESSION
+
+    # -- what subclasses decide -----------------------------------------------------------
+
+    @abstractmethod
+    def _turns_needed(self) -> int | None:
+        """How many of the newest turns to read from the store (``None``: all)."""
+
+    @abstractmethod
+    def _select(self, turns: Sequence[Turn]) -> Sequence[Turn]:
+        """The turns that go into the context, oldest first (a pure policy)."""
+
+    def _extra_stats(self, view: _View) -> dict[str, Any]:
+        return {}
+
+    # -- shared, I/O-free steps -----------------------------------------------------------
+
+    def _view(self, tail: Tail) -> _View:
+        turns = self._select(group_turns(tail.messages))
+        return _View(tail.system, turns, tail.total_turns, tail.total_messages)
+
+    @staticmethod
+    def _prepare(messages: Iterable[MessageLike]) -> list[Message]:
+        if isinstance(messages, (Message, Mapping, str, bytes)):
+            raise InvalidMessageError(
+                "add_messages takes a list of messages; use add_message for a single one"
+            )
+        now = time.time()
+        batch: list[Message] = []
+        for i, item in enumerate(messages):
+            try:
+                m = item if isinstance(item, Message) else Message.from_dict(item)
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(f"message {i}: {exc}") from None
+            batch.append(m if m.created_at is not None else replace(m, created_at=now))
+        return batch
+
+    def _seed_turn(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> list[Message]:
+        now = time.time()
+        user = self._seed_message(Role.USER, inputs, self.input_key, "inputs", now)
+        assistant = self._seed_message(Role.ASSISTANT, outputs, self.output_key, "outputs", now)
+        return [user, assistant]
+
+    @staticmethod
+    def _seed_message(
+        role: Role, values: Mapping[str, Any], key: str, what: str, now: float
+    ) -> Message:
+        if not isinstance(values, Mapping):
+            raise ConfigurationError(f"{what} must be a dict, got {type(values).__name__}")
+        if key not in values:
+            warnings.warn(
+                f"save_context: key {key!r} is missing from {what} (keys there: "
+                f"{sorted(map(str, values))}); stored None. Set "
+                f"{'input_key' if role is Role.USER else 'output_key'}= to your chain's key.",
+                ZerdaWarning,
+                stacklevel=4,
+            )
+        value = values.get(key)
+        if value is None:
+            return Message(role, "", metadata={NONE_MARK: True}, created_at=now)
+        return Message(role, value if isinstance(value, str) else str(value), created_at=now)
+
+    def _format(self, view: _View) -> Any:
+        dicts = [turn_dict(t) for t in view.turns]
+        if self.return_messages:
+            return dicts
+        lines = [f"system: {m.content}" for m in view.system]
+        for turn, d in zip(view.turns, dicts, strict=True):
+            if turn.user is not None:
+                lines.append(f"user: {d['input']}")
+            lines.append(f"assistant: {d['output']}")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _check_limit(limit: int | None) -> None:
+        if limit is None:
+            return
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ConfigurationError(f"limit must be None or an integer >= 0, got {limit!r}")
+
+    @staticmethod
+    def _last_dicts(view: _View, limit: int | None) -> list[dict[str, Any]]:
+        turns = view.turns if limit is None else view.turns[max(len(view.turns) - limit, 0) :]
+        return [turn_dict(t) for t in turns]
+
+    def _stats(self, view: _View) -> dict[str, Any]:
+        characters = 0
+        for turn in view.turns:
+            d = turn_dict(turn)
+            characters += len(str(d["input"])) + len(str(d["output"]))
+            for m in turn.messages:
+                if m is turn.user or m is turn.reply:
+                    continue
+                characters += len(m.text) + sum(
+                    len(c.name) + len(c.arguments) for c in m.tool_calls
+                )
+        stats: dict[str, Any] = {
+            "type": self._type_name,
+            "message_count": len(view.turns),
+            "total_messages": len(view.system) + sum(len(t.messages) for t in view.turns),
+            "total_characters": characters,
+            "estimated_tokens": characters // 4,
+            "stored_turns": view.stored_turns,
+            "stored_messages": view.stored_messages,
+        }
+        stats.update(self._extra_stats(view))
+        return stats
+
+    # -- message-level API ----------------------------------------------------------------
+
+    def add_message(self, message: MessageLike) -> Message:
+        """Record one message; returns it as stored (with ``created_at`` set)."""
+        return self.add_messages([message])[0]
+
+    def add_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
+        """Record messages as one atomic batch: all are stored, together, or none is."""
+        batch = self._prepare(messages)
+        self._store.append(self._session_id, batch)
+        return batch
+
+    def get_context(self) -> list[Message]:
+        """What to send to the model: pinned system messages first, then the kept turns."""
+        return self._view(self._store.tail(self._session_id, self._turns_needed())).context()
+
+    def get_history(self) -> list[Message]:
+        """Every stored message, in order, system messages included."""
+        return self._store.history(self._session_id)
+
+    # -- seed API ---------------------------------------------------------------------------
+
+    def save_context(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
+        """Record one turn: ``inputs[input_key]`` said by the user, ``outputs[output_key]``."""
+        self._store.append(self._session_id, self._seed_turn(inputs, outputs))
+
+    def load_memory_variables(self, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``{memory_key: text}``, or ``{memory_key: [turn dicts]}`` with ``return_messages``.
+
+        ``inputs`` is accepted for compatibility and ignored.
+        """
+        view = self._view(self._store.tail(self._session_id, self._turns_needed()))
+        return {self.memory_key: self._format(view)}
+
+    def get_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The last ``limit`` turns the memory keeps, as a new list of turn dicts.
+
+        ``None`` gives every kept turn, ``0`` none; a negative limit raises ``ValueError``.
+        """
+        self._check_limit(limit)
+        view = self._view(self._store.tail(self._session_id, self._turns_needed()))
+        return self._last_dicts(view, limit)
+
+    def get_memory_stats(self) -> dict[str, Any]:
+        """Counts over what the memory keeps; ``stored_*`` count the whole stored session."""
+        return self._stats(self._view(self._store.tail(self._session_id, self._turns_needed())))
+
+    def clear(self) -> None:
+        """Forget the session: every message, system messages included."""
+        self._store.clear(self._session_id)
+
+    # -- async twins --------------------------------------------------------------------------
+
+    async def aadd_message(self, message: MessageLike) -> Message:
+        return (await self.aadd_messages([message]))[0]
+
+    async def aadd_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
+        batch = self._prepare(messages)
+        await self._store.aappend(self._session_id, batch)
+        return batch
+
+    async def aget_context(self) -> list[Message]:
+        return self._view(await self._store.atail(self._session_id, self._turns_needed())).context()
+
+    async def aget_history(self) -> list[Message]:
+        return await self._store.ahistory(self._session_id)
+
+    async def asave_context(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
+        await self._store.aappend(self._session_id, self._seed_turn(inputs, outputs))
+
+    async def aload_memory_variables(
+        self, inputs: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        view = self._view(await self._store.atail(self._session_id, self._turns_needed()))
+        return {self.memory_key: self._format(view)}
+
+    async def aget_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
+        self._check_limit(limit)
+        view = self._view(await self._store.atail(self._session_id, self._turns_needed()))
+        return self._last_dicts(view, limit)
+
+    async def aget_memory_stats(self) -> dict[str, Any]:
+        return self._stats(
+            self._view(await self._store.atail(self._session_id, self._turns_needed()))
+        )
+
+    async def aclear(self) -> None:
+        await self._store.aclear(self._session_id)
+
+    @property
+    def memory_variables(self) -> list[str]:
+        """The keys ``load_memory_variables`` returns (LangChain compatibility)."""
+        return [self.memory_key]

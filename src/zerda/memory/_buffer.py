@@ -1,0 +1,69 @@
+"""ConversationBufferMemory (every turn) and ConversationBufferWindowMemory (the last k turns)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from zerda.errors import ConfigurationError
+from zerda.memory._base import BaseMemory, _View
+from zerda.messages import Turn
+from zerda.policies import last_turns
+
+__all__ = ["ConversationBufferMemory", "ConversationBufferWindowMemory"]
+
+
+class ConversationBufferMemory(BaseMemory):
+    """Keeps the whole conversation: every turn goes into the context.
+
+    For short conversations or when you want the full, unabridged history; for anything
+    long-running prefer :class:`ConversationBufferWindowMemory` (or a token budget).
+    """
+
+    _type_name: ClassVar[str] = "ConversationBufferMemory"
+
+    def _turns_needed(self) -> int | None:
+        return None
+
+    def _select(self, turns: Sequence[Turn]) -> Sequence[Turn]:
+        return turns
+
+
+class ConversationBufferWindowMemory(BaseMemory):
+    """Keeps the last ``k`` whole turns in the context (a turn: a user message and all that
+    answers it, tool calls and results included). The store keeps every turn; the window is a
+    view. Pinned system messages do not count toward ``k``.
+    """
+
+    _type_name: ClassVar[str] = "ConversationBufferWindowMemory"
+
+    def __init__(self, k: int = 5, **kwargs: Any) -> None:
+        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+            raise ConfigurationError(f"k must be a positive integer, got {k!r}")
+        super().__init__(**kwargs)
+        self.k = k
+
+    def _turns_needed(self) -> int | None:
+        return self.k
+
+    def _select(self, turns: Sequence[Turn]) -> Sequence[Turn]:
+        return last_turns(turns, self.k)
+
+    def _extra_stats(self, view: _View) -> dict[str, Any]:
+        return {"window_size": self.k, "is_full": view.stored_turns >= self.k}
+
+    def get_window_info(self) -> dict[str, Any]:
+        """Window fill: ``current_size``, ``max_size``, ``available_slots``, ``is_full``."""
+        return self._window_info(self._store.tail(self._session_id, 0).total_turns)
+
+    async def aget_window_info(self) -> dict[str, Any]:
+        return self._window_info((await self._store.atail(self._session_id, 0)).total_turns)
+
+    def _window_info(self, total_turns: int) -> dict[str, Any]:
+        size = min(total_turns, self.k)
+        return {
+            "current_size": size,
+            "max_size": self.k,
+            "available_slots": self.k - size,
+            "is_full": size >= self.k,
+        }
