@@ -148,9 +148,15 @@ class Message:
                 raise InvalidMessageError(
                     f"created_at must be epoch seconds (a float) or None, got {created!r}"
                 )
-            if not math.isfinite(created):
+            try:
+                seconds = float(created)
+            except OverflowError:  # an int beyond float range; its repr may be huge
+                raise InvalidMessageError(
+                    "created_at must be finite epoch seconds, got an int too large for a float"
+                ) from None
+            if not math.isfinite(seconds):
                 raise InvalidMessageError(f"created_at must be finite, got {created!r}")
-            object.__setattr__(self, "created_at", float(created))
+            object.__setattr__(self, "created_at", seconds)
 
     def _check_fields(self, role: Role) -> None:
         content = self.content
@@ -205,10 +211,12 @@ class Message:
             if not isinstance(key, str):
                 raise InvalidMessageError(f"metadata keys must be strings, got {key!r}")
         try:
-            json.dumps(copied, allow_nan=False)
+            dumped = json.dumps(copied, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InvalidMessageError(f"metadata must be JSON-serializable: {exc}") from exc
-        object.__setattr__(self, "metadata", MappingProxyType(copied))
+        # Keep the JSON form: a deep copy the caller cannot change, and exactly what to_json
+        # and from_json give back (tuples become lists).
+        object.__setattr__(self, "metadata", MappingProxyType(json.loads(dumped)))
 
     def __reduce__(self) -> tuple[object, ...]:
         # MappingProxyType does not pickle; rebuild from the lossless dict form instead.
@@ -331,9 +339,13 @@ class Turn:
     messages: tuple[Message, ...]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.messages, tuple):
+            object.__setattr__(self, "messages", tuple(self.messages))
         if not self.messages:
             raise InvalidMessageError("a turn holds at least one message")
         for i, m in enumerate(self.messages):
+            if not isinstance(m, Message):
+                raise InvalidMessageError(f"a turn holds Message objects, got {type(m).__name__}")
             if m.role is Role.SYSTEM:
                 raise InvalidMessageError("system messages are pinned, never part of a turn")
             if i and m.role is Role.USER:
@@ -347,9 +359,14 @@ class Turn:
 
     @property
     def reply(self) -> Message | None:
-        """The last assistant message with text: the answer the user saw."""
+        """The last assistant message with text: the answer the user saw.
+
+        A tool-call message with empty text (some APIs send ``""`` rather than ``None``) is
+        not a reply.
+        """
         for m in reversed(self.messages):
-            if m.role is Role.ASSISTANT and m.content is not None:
+            is_text = m.content is not None and (m.content or not m.tool_calls)
+            if m.role is Role.ASSISTANT and is_text:
                 return m
         return None
 

@@ -132,17 +132,21 @@ class TiktokenCounter(_ChatFormatCounter):
 def _load_encoding(name: str) -> tiktoken.Encoding:
     import tiktoken
 
+    known = tiktoken.list_encoding_names()
     try:
-        return tiktoken.get_encoding(name)
-    except ValueError:
-        pass  # not an encoding name; perhaps a model name
-    try:
+        if name in known:
+            return tiktoken.get_encoding(name)
         return tiktoken.encoding_for_model(name)
     except KeyError:
         raise ConfigurationError(
-            f"unknown tiktoken encoding or model {name!r}; encodings here: "
-            f"{sorted(tiktoken.list_encoding_names())}"
+            f"unknown tiktoken encoding or model {name!r}; encodings here: {sorted(known)}"
         ) from None
+    except Exception as exc:  # a download that failed, a corrupt cache file, ...
+        raise ConfigurationError(
+            f"tiktoken could not load the encoding for {name!r} "
+            f"({type(exc).__name__}: {str(exc)[:200]}); offline, set TIKTOKEN_CACHE_DIR to a "
+            "folder holding the encoding file, or use an encoding that ships in a package"
+        ) from exc
 
 
 class ApproxCounter(_ChatFormatCounter):
@@ -151,9 +155,13 @@ class ApproxCounter(_ChatFormatCounter):
     name = "approx:chars/4"
 
     def __init__(self, chars_per_token: float = 4.0) -> None:
-        if isinstance(chars_per_token, bool) or not chars_per_token > 0:
+        if (
+            isinstance(chars_per_token, bool)
+            or not isinstance(chars_per_token, (int, float))
+            or not 0 < chars_per_token < math.inf
+        ):
             raise ConfigurationError(
-                f"chars_per_token must be a positive number, got {chars_per_token!r}"
+                f"chars_per_token must be a positive finite number, got {chars_per_token!r}"
             )
         self._cpt = float(chars_per_token)
         if self._cpt != 4.0:
@@ -232,7 +240,7 @@ def _decide_default(timeout: float) -> TokenCounter:
         "token_counter=TiktokenCounter(...) with an encoding you have, or set "
         "TIKTOKEN_CACHE_DIR to a folder holding the encoding file.",
         ZerdaWarning,
-        stacklevel=4,
+        stacklevel=3,  # the caller of default_token_counter()
     )
     return ApproxCounter()
 

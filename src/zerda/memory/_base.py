@@ -62,6 +62,12 @@ def turn_dict(turn: Turn) -> dict[str, Any]:
     }
 
 
+def _stamped(item: MessageLike, now: float) -> Message:
+    """``item`` as a validated Message with ``created_at`` set (to ``now`` if it had none)."""
+    m = item if isinstance(item, Message) else Message.from_dict(item)
+    return m if m.created_at is not None else replace(m, created_at=now)
+
+
 def _check_key(value: object, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigurationError(f"{what} must be a non-empty string, got {value!r}")
@@ -116,21 +122,29 @@ class BaseMemory(ABC):
 
     @staticmethod
     def _prepare(messages: Iterable[MessageLike]) -> list[Message]:
-        if isinstance(messages, (Message, Mapping, str, bytes)):
+        """Validate a batch and stamp ``created_at``; raises before anything is stored."""
+        if isinstance(messages, (Message, Mapping, str, bytes)) or not isinstance(
+            messages, Iterable
+        ):
             raise InvalidMessageError(
-                "add_messages takes a list of messages; use add_message for a single one"
+                "add_messages takes a list of messages, got "
+                f"{type(messages).__name__}; use add_message for a single one"
             )
         now = time.time()
         batch: list[Message] = []
         for i, item in enumerate(messages):
             try:
-                m = item if isinstance(item, Message) else Message.from_dict(item)
+                batch.append(_stamped(item, now))
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"message {i}: {exc}") from None
-            batch.append(m if m.created_at is not None else replace(m, created_at=now))
         return batch
 
     def _seed_turn(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> list[Message]:
+        # Check both before building either, so a bad ``outputs`` does not first warn about a
+        # missing input key ("stored None") for a turn that is then not stored.
+        for values, what in ((inputs, "inputs"), (outputs, "outputs")):
+            if not isinstance(values, Mapping):
+                raise ConfigurationError(f"{what} must be a dict, got {type(values).__name__}")
         now = time.time()
         user = self._seed_message(Role.USER, inputs, self.input_key, "inputs", now)
         assistant = self._seed_message(Role.ASSISTANT, outputs, self.output_key, "outputs", now)
@@ -140,8 +154,6 @@ class BaseMemory(ABC):
     def _seed_message(
         role: Role, values: Mapping[str, Any], key: str, what: str, now: float
     ) -> Message:
-        if not isinstance(values, Mapping):
-            raise ConfigurationError(f"{what} must be a dict, got {type(values).__name__}")
         if key not in values:
             warnings.warn(
                 f"save_context: key {key!r} is missing from {what} (keys there: "
@@ -205,7 +217,9 @@ class BaseMemory(ABC):
 
     def add_message(self, message: MessageLike) -> Message:
         """Record one message; returns it as stored (with ``created_at`` set)."""
-        return self.add_messages([message])[0]
+        stored = _stamped(message, time.time())
+        self._store.append(self._session_id, [stored])
+        return stored
 
     def add_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
         """Record messages as one atomic batch: all are stored, together, or none is."""
@@ -255,7 +269,9 @@ class BaseMemory(ABC):
     # -- async twins --------------------------------------------------------------------------
 
     async def aadd_message(self, message: MessageLike) -> Message:
-        return (await self.aadd_messages([message]))[0]
+        stored = _stamped(message, time.time())
+        await self._store.aappend(self._session_id, [stored])
+        return stored
 
     async def aadd_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
         batch = self._prepare(messages)

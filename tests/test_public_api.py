@@ -1,0 +1,115 @@
+"""The public surface is on purpose: exported names, and an async twin for every sync method."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import zerda
+import zerda.memory
+from zerda.memory import BaseMemory, ConversationBufferMemory, ConversationBufferWindowMemory
+
+ZERDA_NAMES = {
+    "ApproxCounter",
+    "BaseMemory",
+    "ConfigurationError",
+    "ContextOverflowError",
+    "ConversationBufferMemory",
+    "ConversationBufferWindowMemory",
+    "CorruptDataError",
+    "InvalidMessageError",
+    "InvalidSessionIdError",
+    "Message",
+    "Role",
+    "StoreUnavailableError",
+    "SummarizerError",
+    "TiktokenCounter",
+    "TokenCounter",
+    "ToolCall",
+    "Turn",
+    "ZerdaError",
+    "ZerdaWarning",
+    "__version__",
+    "from_openai",
+    "group_turns",
+    "to_openai",
+}
+
+MEMORY_NAMES = {
+    "BaseMemory",
+    "ConversationBufferMemory",
+    "ConversationBufferWindowMemory",
+    "MessageLike",
+}
+
+MEMORY_CLASSES = [BaseMemory, ConversationBufferMemory, ConversationBufferWindowMemory]
+
+
+@pytest.mark.parametrize(
+    ("module", "names"),
+    [(zerda, ZERDA_NAMES), (zerda.memory, MEMORY_NAMES)],
+    ids=["zerda", "zerda.memory"],
+)
+def test_exported_names_are_exactly_the_documented_ones(module: object, names: set[str]) -> None:
+    exported = module.__all__  # type: ignore[attr-defined]
+    assert len(exported) == len(set(exported)), "duplicate names in __all__"
+    assert set(exported) == names
+    for name in exported:
+        assert hasattr(module, name), f"{name} is in __all__ but not defined"
+
+
+def test_top_level_reexports_are_the_same_objects() -> None:
+    for name in MEMORY_NAMES & ZERDA_NAMES:
+        assert getattr(zerda, name) is getattr(zerda.memory, name)
+
+
+def test_star_import_gives_exactly_all() -> None:
+    namespace: dict[str, object] = {}
+    exec("from zerda.memory import *", namespace)
+    assert set(namespace) - {"__builtins__"} == MEMORY_NAMES
+
+
+def _public_sync_methods(cls: type) -> list[str]:
+    names = [n for n in dir(cls) if not n.startswith("_")]
+    methods = []
+    for name in names:
+        attr = inspect.getattr_static(cls, name)
+        if isinstance(attr, property) or not inspect.isfunction(attr):
+            continue
+        if inspect.iscoroutinefunction(attr):
+            continue
+        methods.append(name)
+    return [n for n in methods if not (n.startswith("a") and n[1:] in methods)]
+
+
+@pytest.mark.parametrize("cls", MEMORY_CLASSES, ids=lambda c: c.__name__)
+def test_every_sync_method_has_an_async_twin(cls: type) -> None:
+    sync_names = _public_sync_methods(cls)
+    # A sanity floor, so that a broken discovery cannot make this test vacuous.
+    assert {"save_context", "load_memory_variables", "add_messages", "get_context"} <= set(
+        sync_names
+    )
+    for name in sync_names:
+        twin = getattr(cls, "a" + name, None)
+        assert twin is not None, f"{cls.__name__}.{name} has no async twin a{name}"
+        assert inspect.iscoroutinefunction(twin), f"{cls.__name__}.a{name} is not async"
+        sync_params = list(inspect.signature(getattr(cls, name)).parameters.values())
+        async_params = list(inspect.signature(twin).parameters.values())
+        assert async_params == sync_params, f"{cls.__name__}.a{name} parameters differ"
+
+
+def test_window_has_window_info_twins() -> None:
+    assert "get_window_info" in _public_sync_methods(ConversationBufferWindowMemory)
+    assert inspect.iscoroutinefunction(ConversationBufferWindowMemory.aget_window_info)
+
+
+def test_every_async_method_has_a_sync_twin() -> None:
+    for cls in MEMORY_CLASSES:
+        for name in dir(cls):
+            if name.startswith("_"):
+                continue
+            attr = inspect.getattr_static(cls, name)
+            if inspect.iscoroutinefunction(attr):
+                assert name.startswith("a")
+                assert callable(getattr(cls, name[1:], None)), f"{cls.__name__}.{name}"
