@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+CODE   := $(wildcard src tests benchmarks examples)
 
 .PHONY: demo test lint format bench clean
 
@@ -24,13 +25,13 @@ demo: $(VENV)/.core
 	$(BIN)/python examples/quickstart.py
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check $(CODE)
+	$(BIN)/ruff format --check $(CODE)
 	$(BIN)/mypy
 
 format: $(VENV)/.dev
-	$(BIN)/ruff check --fix src tests benchmarks examples
-	$(BIN)/ruff format src tests benchmarks examples
+	$(BIN)/ruff check --fix $(CODE)
+	$(BIN)/ruff format $(CODE)
 
 test: lint
 	$(BIN)/pytest
