@@ -36,5 +36,8 @@ format: $(VENV)/.dev
 test: lint
 	$(BIN)/pytest
 
+bench: $(VENV)/.dev
+	$(BIN)/python benchmarks/token_buffer.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -28,6 +28,7 @@ from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
     ConversationBufferWindowMemory,
+    ConversationTokenBufferMemory,
 )
 from zerda.messages import Message, Role, ToolCall, Turn, from_openai, group_turns, to_openai
 from zerda.tokens import ApproxCounter, TiktokenCounter, TokenCounter
@@ -41,6 +42,7 @@ __all__ = [
     "ContextOverflowError",
     "ConversationBufferMemory",
     "ConversationBufferWindowMemory",
+    "ConversationTokenBufferMemory",
     "CorruptDataError",
     "InvalidMessageError",
     "InvalidSessionIdError",

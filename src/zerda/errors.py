@@ -18,6 +18,9 @@ Every message names the offending value and says what would be valid.
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 __all__ = [
     "ConfigurationError",
     "ContextOverflowError",
@@ -81,3 +84,13 @@ class CorruptDataError(ZerdaError):
 
 class ZerdaWarning(UserWarning):
     """Zerda accepted something that is probably not what you meant (the text says what)."""
+
+
+def warn(message: str) -> None:
+    """Emit a :class:`ZerdaWarning` attributed to the first caller outside Zerda."""
+    frame = sys._getframe(1)
+    level = 2
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("zerda"):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, ZerdaWarning, stacklevel=level)

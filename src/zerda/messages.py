@@ -222,6 +222,29 @@ class Message:
         # MappingProxyType does not pickle; rebuild from the lossless dict form instead.
         return (Message.from_dict, (self.to_dict(),))
 
+    def with_created_at(self, created_at: float) -> Message:
+        """A copy with ``created_at`` set, without validating again what was validated.
+
+        ``dataclasses.replace`` does the same but re-runs every check; memories stamp every
+        message they record, so this is on the hot path.
+        """
+        if isinstance(created_at, bool) or not isinstance(created_at, (int, float)):
+            raise InvalidMessageError(f"created_at must be epoch seconds, got {created_at!r}")
+        if not math.isfinite(created_at):
+            raise InvalidMessageError(f"created_at must be finite, got {created_at!r}")
+        # Written out field by field (no loop, no getattr): this runs for every message a
+        # memory records. tests/test_messages.py checks that no field is forgotten.
+        copy = object.__new__(Message)
+        _set = object.__setattr__
+        _set(copy, "role", self.role)
+        _set(copy, "content", self.content)
+        _set(copy, "name", self.name)
+        _set(copy, "tool_calls", self.tool_calls)
+        _set(copy, "tool_call_id", self.tool_call_id)
+        _set(copy, "metadata", self.metadata)
+        _set(copy, "created_at", float(created_at))
+        return copy
+
     # -- conversion --------------------------------------------------------------------------
 
     @classmethod

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import math
 import threading
-import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from zerda.errors import ConfigurationError, ZerdaWarning
+from zerda.errors import ConfigurationError, warn
 from zerda.messages import Message
 
 if TYPE_CHECKING:
@@ -56,7 +55,11 @@ DEFAULT_LOAD_TIMEOUT = 5.0
 
 @runtime_checkable
 class TokenCounter(Protocol):
-    """Counts tokens. ``name`` identifies the counter so stored counts can be keyed by it."""
+    """Counts tokens. ``name`` identifies the counter so stored counts can be keyed by it.
+
+    Memories count each message once and add the counts up, so a counter must be additive:
+    ``count_messages(ms) == sum(map(count_message, ms)) + count_messages([])``.
+    """
 
     @property
     def name(self) -> str: ...
@@ -127,6 +130,19 @@ class TiktokenCounter(_ChatFormatCounter):
     def count_text(self, text: str) -> int:
         # encode_ordinary: user text containing "<|endoftext|>" is text, not a special token.
         return len(self._encode(text))
+
+    def count_message(self, message: Message) -> int:
+        # The formula of _ChatFormatCounter.count_message with the encoder called directly:
+        # this runs once for every message a memory records.
+        encode = self._encode
+        n = TOKENS_PER_MESSAGE
+        if message.content:
+            n += len(encode(message.content))
+        if message.name is not None:
+            n += len(encode(message.name)) + TOKENS_PER_NAME
+        for call in message.tool_calls:
+            n += len(encode(call.name)) + len(encode(call.arguments)) + TOKENS_PER_TOOL_CALL
+        return n
 
 
 def _load_encoding(name: str) -> tiktoken.Encoding:
@@ -234,13 +250,11 @@ def _decide_default(timeout: float) -> TokenCounter:
     if result and not isinstance(result[0], BaseException):
         return result[0]
     reason = f"{type(result[0]).__name__}: {result[0]}" if result else f"timed out after {timeout}s"
-    warnings.warn(
+    warn(
         f"tiktoken encoding {DEFAULT_ENCODING!r} could not be loaded ({reason[:200]}); "
         "Zerda counts tokens approximately (4 characters a token). Pass "
         "token_counter=TiktokenCounter(...) with an encoding you have, or set "
-        "TIKTOKEN_CACHE_DIR to a folder holding the encoding file.",
-        ZerdaWarning,
-        stacklevel=3,  # the caller of default_token_counter()
+        "TIKTOKEN_CACHE_DIR to a folder holding the encoding file."
     )
     return ApproxCounter()
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import time
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from zerda.errors import ConfigurationError, InvalidMessageError, ZerdaWarning
+from zerda.errors import (
+    ConfigurationError,
+    ContextOverflowError,
+    InvalidMessageError,
+    warn,
+)
 from zerda.messages import Message, Role, Turn, group_turns
-from zerda.stores._memory import InMemoryStore, Tail
+from zerda.stores._memory import InMemoryStore, Tail, TokenCounts
 
 __all__ = ["BaseMemory", "MessageLike"]
 
@@ -26,20 +30,38 @@ NONE_MARK = "zerda:none"
 _DEFAULT_SESSION = "default"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: internal, built on every read, and frozen init is slow
 class _View:
-    """What a memory shows: pinned system messages and the turns it keeps, plus totals."""
+    """What a memory shows: the pinned system messages and the tail from ``start`` on.
 
-    system: tuple[Message, ...]
-    turns: Sequence[Turn]
-    stored_turns: int
-    stored_messages: int
+    ``error`` is set when no context fits the budget: reading the context raises it, stats
+    report it. The token fields are filled by memories that count tokens.
+    """
+
+    tail: Tail
+    start: int
+    turns_in_context: int
+    summary: Sequence[Message] = ()
+    truncated: bool = False
+    error: ContextOverflowError | None = None
+    system_tokens: int = 0
+    summary_tokens: int = 0
+    turn_tokens: int = 0
+    overhead_tokens: int = 0
 
     def context(self) -> list[Message]:
-        out = list(self.system)
-        for turn in self.turns:
-            out.extend(turn.messages)
-        return out
+        if self.error is not None:
+            raise self.error
+        return [*self.tail.system, *self.summary, *self.tail.messages[self.start :]]
+
+    def turns(self) -> list[Turn]:
+        if self.error is not None:
+            raise self.error
+        return group_turns(self.tail.messages[self.start :])
+
+    @property
+    def context_tokens(self) -> int:
+        return self.system_tokens + self.summary_tokens + self.turn_tokens + self.overhead_tokens
 
 
 def _seed_value(message: Message | None) -> str | None:
@@ -65,7 +87,7 @@ def turn_dict(turn: Turn) -> dict[str, Any]:
 def _stamped(item: MessageLike, now: float) -> Message:
     """``item`` as a validated Message with ``created_at`` set (to ``now`` if it had none)."""
     m = item if isinstance(item, Message) else Message.from_dict(item)
-    return m if m.created_at is not None else replace(m, created_at=now)
+    return m if m.created_at is not None else m.with_created_at(now)
 
 
 def _check_key(value: object, what: str) -> str:
@@ -104,21 +126,42 @@ class BaseMemory(ABC):
     # -- what subclasses decide -----------------------------------------------------------
 
     @abstractmethod
-    def _turns_needed(self) -> int | None:
-        """How many of the newest turns to read from the store (``None``: all)."""
+    def _turns_to_read(self) -> int | None:
+        """How many of the newest turns to read first (``None``: all)."""
 
     @abstractmethod
-    def _select(self, turns: Sequence[Turn]) -> Sequence[Turn]:
-        """The turns that go into the context, oldest first (a pure policy)."""
+    def _fit(self, tail: Tail) -> _View | None:
+        """Choose the context from ``tail`` (a pure step); ``None`` asks for a longer tail."""
+
+    def _counter_name(self) -> str | None:
+        """The counter whose stored counts the tail should carry (``None``: no counts)."""
+        return None
+
+    def _count(self, batch: Sequence[Message]) -> TokenCounts | None:
+        """Token counts to store with a batch (``None``: this memory does not count)."""
+        return None
 
     def _extra_stats(self, view: _View) -> dict[str, Any]:
         return {}
 
     # -- shared, I/O-free steps -----------------------------------------------------------
 
-    def _view(self, tail: Tail) -> _View:
-        turns = self._select(group_turns(tail.messages))
-        return _View(tail.system, turns, tail.total_turns, tail.total_messages)
+    def _read(self) -> _View:
+        turns = self._turns_to_read()
+        while True:
+            view = self._fit(self._store.tail(self._session_id, turns, self._counter_name()))
+            if view is not None:
+                return view
+            turns = _more(turns)
+
+    async def _aread(self) -> _View:
+        turns = self._turns_to_read()
+        while True:
+            tail = await self._store.atail(self._session_id, turns, self._counter_name())
+            view = self._fit(tail)
+            if view is not None:
+                return view
+            turns = _more(turns)
 
     @staticmethod
     def _prepare(messages: Iterable[MessageLike]) -> list[Message]:
@@ -132,11 +175,15 @@ class BaseMemory(ABC):
             )
         now = time.time()
         batch: list[Message] = []
-        for i, item in enumerate(messages):
+        append = batch.append
+        for item in messages:
+            if type(item) is Message and item.created_at is None:
+                append(item.with_created_at(now))  # the common case, kept cheap
+                continue
             try:
-                batch.append(_stamped(item, now))
+                append(_stamped(item, now))
             except InvalidMessageError as exc:
-                raise InvalidMessageError(f"message {i}: {exc}") from None
+                raise InvalidMessageError(f"message {len(batch)}: {exc}") from None
         return batch
 
     def _seed_turn(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> list[Message]:
@@ -155,12 +202,10 @@ class BaseMemory(ABC):
         role: Role, values: Mapping[str, Any], key: str, what: str, now: float
     ) -> Message:
         if key not in values:
-            warnings.warn(
+            warn(
                 f"save_context: key {key!r} is missing from {what} (keys there: "
                 f"{sorted(map(str, values))}); stored None. Set "
-                f"{'input_key' if role is Role.USER else 'output_key'}= to your chain's key.",
-                ZerdaWarning,
-                stacklevel=4,
+                f"{'input_key' if role is Role.USER else 'output_key'}= to your chain's key."
             )
         value = values.get(key)
         if value is None:
@@ -168,11 +213,12 @@ class BaseMemory(ABC):
         return Message(role, value if isinstance(value, str) else str(value), created_at=now)
 
     def _format(self, view: _View) -> Any:
-        dicts = [turn_dict(t) for t in view.turns]
+        turns = view.turns()
+        dicts = [turn_dict(t) for t in turns]
         if self.return_messages:
             return dicts
-        lines = [f"system: {m.content}" for m in view.system]
-        for turn, d in zip(view.turns, dicts, strict=True):
+        lines = [f"system: {m.content}" for m in view.tail.system]
+        for turn, d in zip(turns, dicts, strict=True):
             if turn.user is not None:
                 lines.append(f"user: {d['input']}")
             lines.append(f"assistant: {d['output']}")
@@ -187,12 +233,16 @@ class BaseMemory(ABC):
 
     @staticmethod
     def _last_dicts(view: _View, limit: int | None) -> list[dict[str, Any]]:
-        turns = view.turns if limit is None else view.turns[max(len(view.turns) - limit, 0) :]
+        turns = view.turns()
+        if limit is not None:
+            turns = turns[max(len(turns) - limit, 0) :]
         return [turn_dict(t) for t in turns]
 
     def _stats(self, view: _View) -> dict[str, Any]:
+        # Stats never raise: with no context that fits, they describe an empty one.
+        turns = view.turns() if view.error is None else []
         characters = 0
-        for turn in view.turns:
+        for turn in turns:
             d = turn_dict(turn)
             characters += len(str(d["input"])) + len(str(d["output"]))
             for m in turn.messages:
@@ -201,14 +251,15 @@ class BaseMemory(ABC):
                 characters += len(m.text) + sum(
                     len(c.name) + len(c.arguments) for c in m.tool_calls
                 )
+        tail = view.tail
         stats: dict[str, Any] = {
             "type": self._type_name,
-            "message_count": len(view.turns),
-            "total_messages": len(view.system) + sum(len(t.messages) for t in view.turns),
+            "message_count": len(turns),
+            "total_messages": len(tail.system) + sum(len(t.messages) for t in turns),
             "total_characters": characters,
             "estimated_tokens": characters // 4,
-            "stored_turns": view.stored_turns,
-            "stored_messages": view.stored_messages,
+            "stored_turns": tail.total_turns,
+            "stored_messages": tail.total_messages,
         }
         stats.update(self._extra_stats(view))
         return stats
@@ -217,19 +268,19 @@ class BaseMemory(ABC):
 
     def add_message(self, message: MessageLike) -> Message:
         """Record one message; returns it as stored (with ``created_at`` set)."""
-        stored = _stamped(message, time.time())
-        self._store.append(self._session_id, [stored])
-        return stored
+        batch = [_stamped(message, time.time())]
+        self._store.append(self._session_id, batch, self._count(batch))
+        return batch[0]
 
     def add_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
         """Record messages as one atomic batch: all are stored, together, or none is."""
         batch = self._prepare(messages)
-        self._store.append(self._session_id, batch)
+        self._store.append(self._session_id, batch, self._count(batch))
         return batch
 
     def get_context(self) -> list[Message]:
         """What to send to the model: pinned system messages first, then the kept turns."""
-        return self._view(self._store.tail(self._session_id, self._turns_needed())).context()
+        return self._read().context()
 
     def get_history(self) -> list[Message]:
         """Every stored message, in order, system messages included."""
@@ -239,15 +290,15 @@ class BaseMemory(ABC):
 
     def save_context(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
         """Record one turn: ``inputs[input_key]`` said by the user, ``outputs[output_key]``."""
-        self._store.append(self._session_id, self._seed_turn(inputs, outputs))
+        batch = self._seed_turn(inputs, outputs)
+        self._store.append(self._session_id, batch, self._count(batch))
 
     def load_memory_variables(self, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``{memory_key: text}``, or ``{memory_key: [turn dicts]}`` with ``return_messages``.
 
         ``inputs`` is accepted for compatibility and ignored.
         """
-        view = self._view(self._store.tail(self._session_id, self._turns_needed()))
-        return {self.memory_key: self._format(view)}
+        return {self.memory_key: self._format(self._read())}
 
     def get_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The last ``limit`` turns the memory keeps, as a new list of turn dicts.
@@ -255,12 +306,11 @@ class BaseMemory(ABC):
         ``None`` gives every kept turn, ``0`` none; a negative limit raises ``ValueError``.
         """
         self._check_limit(limit)
-        view = self._view(self._store.tail(self._session_id, self._turns_needed()))
-        return self._last_dicts(view, limit)
+        return self._last_dicts(self._read(), limit)
 
     def get_memory_stats(self) -> dict[str, Any]:
         """Counts over what the memory keeps; ``stored_*`` count the whole stored session."""
-        return self._stats(self._view(self._store.tail(self._session_id, self._turns_needed())))
+        return self._stats(self._read())
 
     def clear(self) -> None:
         """Forget the session: every message, system messages included."""
@@ -269,39 +319,36 @@ class BaseMemory(ABC):
     # -- async twins --------------------------------------------------------------------------
 
     async def aadd_message(self, message: MessageLike) -> Message:
-        stored = _stamped(message, time.time())
-        await self._store.aappend(self._session_id, [stored])
-        return stored
+        batch = [_stamped(message, time.time())]
+        await self._store.aappend(self._session_id, batch, self._count(batch))
+        return batch[0]
 
     async def aadd_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
         batch = self._prepare(messages)
-        await self._store.aappend(self._session_id, batch)
+        await self._store.aappend(self._session_id, batch, self._count(batch))
         return batch
 
     async def aget_context(self) -> list[Message]:
-        return self._view(await self._store.atail(self._session_id, self._turns_needed())).context()
+        return (await self._aread()).context()
 
     async def aget_history(self) -> list[Message]:
         return await self._store.ahistory(self._session_id)
 
     async def asave_context(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
-        await self._store.aappend(self._session_id, self._seed_turn(inputs, outputs))
+        batch = self._seed_turn(inputs, outputs)
+        await self._store.aappend(self._session_id, batch, self._count(batch))
 
     async def aload_memory_variables(
         self, inputs: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        view = self._view(await self._store.atail(self._session_id, self._turns_needed()))
-        return {self.memory_key: self._format(view)}
+        return {self.memory_key: self._format(await self._aread())}
 
     async def aget_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         self._check_limit(limit)
-        view = self._view(await self._store.atail(self._session_id, self._turns_needed()))
-        return self._last_dicts(view, limit)
+        return self._last_dicts(await self._aread(), limit)
 
     async def aget_memory_stats(self) -> dict[str, Any]:
-        return self._stats(
-            self._view(await self._store.atail(self._session_id, self._turns_needed()))
-        )
+        return self._stats(await self._aread())
 
     async def aclear(self) -> None:
         await self._store.aclear(self._session_id)
@@ -310,3 +357,8 @@ class BaseMemory(ABC):
     def memory_variables(self) -> list[str]:
         """The keys ``load_memory_variables`` returns (LangChain compatibility)."""
         return [self.memory_key]
+
+
+def _more(turns: int | None) -> int | None:
+    """The next, longer tail to read when a policy asks for more turns."""
+    return None if turns is None else max(2 * turns, 8)

