@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
@@ -12,10 +13,12 @@ from zerda.errors import (
     ConfigurationError,
     ContextOverflowError,
     InvalidMessageError,
+    ZerdaError,
     warn,
 )
 from zerda.messages import Message, Role, Turn, group_turns
-from zerda.stores._memory import InMemoryStore, Tail, TokenCounts
+from zerda.stores._base import AsyncStore, Store, Tail, TokenCounts, check_session_id
+from zerda.stores._memory import InMemoryStore
 
 __all__ = ["BaseMemory", "MessageLike"]
 
@@ -113,6 +116,9 @@ class BaseMemory(ABC):
         input_key: str = "input",
         output_key: str = "output",
         memory_key: str = "history",
+        *,
+        store: Store | AsyncStore | None = None,
+        session_id: str = _DEFAULT_SESSION,
     ) -> None:
         if not isinstance(return_messages, bool):
             raise ConfigurationError(f"return_messages must be a bool, got {return_messages!r}")
@@ -120,8 +126,14 @@ class BaseMemory(ABC):
         self.input_key = _check_key(input_key, "input_key")
         self.output_key = _check_key(output_key, "output_key")
         self.memory_key = _check_key(memory_key, "memory_key")
-        self._store = InMemoryStore()
-        self._session_id = _DEFAULT_SESSION
+        self.session_id = check_session_id(session_id)
+        self.store: Store | AsyncStore = InMemoryStore() if store is None else store
+        self._sync: Store | None = self.store if isinstance(self.store, Store) else None
+        self._async: AsyncStore | None = self.store if isinstance(self.store, AsyncStore) else None
+        if self._sync is None and self._async is None:
+            raise ConfigurationError(
+                f"store must implement zerda.stores.Store or AsyncStore, got {store!r}"
+            )
 
     # -- what subclasses decide -----------------------------------------------------------
 
@@ -144,12 +156,34 @@ class BaseMemory(ABC):
     def _extra_stats(self, view: _View) -> dict[str, Any]:
         return {}
 
-    # -- shared, I/O-free steps -----------------------------------------------------------
+    # -- store I/O: sync calls need a sync store; async calls are native over an async store
+    #    and run in a worker thread over a sync one ------------------------------------------
+
+    @property
+    def _io(self) -> Store:
+        if self._sync is None:
+            raise ZerdaError(
+                f"{type(self.store).__name__} is an async store: use the memory's async methods "
+                "(await memory.aget_context(), ...) or a sync store"
+            )
+        return self._sync
+
+    async def _aappend(self, batch: list[Message]) -> None:
+        tokens = self._count(batch)
+        if self._async is not None:
+            await self._async.aappend(self.session_id, batch, tokens)
+        else:
+            await asyncio.to_thread(self._io.append, self.session_id, batch, tokens)
+
+    async def _atail(self, turns: int | None) -> Tail:
+        if self._async is not None:
+            return await self._async.atail(self.session_id, turns, self._counter_name())
+        return await asyncio.to_thread(self._io.tail, self.session_id, turns, self._counter_name())
 
     def _read(self) -> _View:
         turns = self._turns_to_read()
         while True:
-            view = self._fit(self._store.tail(self._session_id, turns, self._counter_name()))
+            view = self._fit(self._io.tail(self.session_id, turns, self._counter_name()))
             if view is not None:
                 return view
             turns = _more(turns)
@@ -157,11 +191,12 @@ class BaseMemory(ABC):
     async def _aread(self) -> _View:
         turns = self._turns_to_read()
         while True:
-            tail = await self._store.atail(self._session_id, turns, self._counter_name())
-            view = self._fit(tail)
+            view = self._fit(await self._atail(turns))
             if view is not None:
                 return view
             turns = _more(turns)
+
+    # -- shared, I/O-free steps -----------------------------------------------------------
 
     @staticmethod
     def _prepare(messages: Iterable[MessageLike]) -> list[Message]:
@@ -269,13 +304,13 @@ class BaseMemory(ABC):
     def add_message(self, message: MessageLike) -> Message:
         """Record one message; returns it as stored (with ``created_at`` set)."""
         batch = [_stamped(message, time.time())]
-        self._store.append(self._session_id, batch, self._count(batch))
+        self._io.append(self.session_id, batch, self._count(batch))
         return batch[0]
 
     def add_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
         """Record messages as one atomic batch: all are stored, together, or none is."""
         batch = self._prepare(messages)
-        self._store.append(self._session_id, batch, self._count(batch))
+        self._io.append(self.session_id, batch, self._count(batch))
         return batch
 
     def get_context(self) -> list[Message]:
@@ -284,14 +319,14 @@ class BaseMemory(ABC):
 
     def get_history(self) -> list[Message]:
         """Every stored message, in order, system messages included."""
-        return self._store.history(self._session_id)
+        return self._io.history(self.session_id)
 
     # -- seed API ---------------------------------------------------------------------------
 
     def save_context(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
         """Record one turn: ``inputs[input_key]`` said by the user, ``outputs[output_key]``."""
         batch = self._seed_turn(inputs, outputs)
-        self._store.append(self._session_id, batch, self._count(batch))
+        self._io.append(self.session_id, batch, self._count(batch))
 
     def load_memory_variables(self, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``{memory_key: text}``, or ``{memory_key: [turn dicts]}`` with ``return_messages``.
@@ -313,30 +348,32 @@ class BaseMemory(ABC):
         return self._stats(self._read())
 
     def clear(self) -> None:
-        """Forget the session: every message, system messages included."""
-        self._store.clear(self._session_id)
+        """Forget the session: every message and its metadata, system messages included."""
+        self._io.delete_session(self.session_id)
 
     # -- async twins --------------------------------------------------------------------------
 
     async def aadd_message(self, message: MessageLike) -> Message:
         batch = [_stamped(message, time.time())]
-        await self._store.aappend(self._session_id, batch, self._count(batch))
+        await self._aappend(batch)
         return batch[0]
 
     async def aadd_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
         batch = self._prepare(messages)
-        await self._store.aappend(self._session_id, batch, self._count(batch))
+        await self._aappend(batch)
         return batch
 
     async def aget_context(self) -> list[Message]:
         return (await self._aread()).context()
 
     async def aget_history(self) -> list[Message]:
-        return await self._store.ahistory(self._session_id)
+        if self._async is not None:
+            return await self._async.ahistory(self.session_id)
+        return await asyncio.to_thread(self._io.history, self.session_id)
 
     async def asave_context(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
         batch = self._seed_turn(inputs, outputs)
-        await self._store.aappend(self._session_id, batch, self._count(batch))
+        await self._aappend(batch)
 
     async def aload_memory_variables(
         self, inputs: Mapping[str, Any] | None = None
@@ -351,7 +388,10 @@ class BaseMemory(ABC):
         return self._stats(await self._aread())
 
     async def aclear(self) -> None:
-        await self._store.aclear(self._session_id)
+        if self._async is not None:
+            await self._async.adelete_session(self.session_id)
+        else:
+            await asyncio.to_thread(self._io.delete_session, self.session_id)
 
     @property
     def memory_variables(self) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from zerda.errors import ConfigurationError
 from zerda.memory._base import BaseMemory, _View
 from zerda.policies import window_start
-from zerda.stores._memory import Tail
+from zerda.stores._base import Tail
 
 __all__ = ["ConversationBufferMemory", "ConversationBufferWindowMemory"]
 
@@ -54,10 +54,10 @@ class ConversationBufferWindowMemory(BaseMemory):
 
     def get_window_info(self) -> dict[str, Any]:
         """Window fill: ``current_size``, ``max_size``, ``available_slots``, ``is_full``."""
-        return self._window_info(self._store.tail(self._session_id, 0).total_turns)
+        return self._window_info(self._io.tail(self.session_id, 0).total_turns)
 
     async def aget_window_info(self) -> dict[str, Any]:
-        return self._window_info((await self._store.atail(self._session_id, 0)).total_turns)
+        return self._window_info((await self._atail(0)).total_turns)
 
     def _window_info(self, total_turns: int) -> dict[str, Any]:
         size = min(total_turns, self.k)

@@ -9,7 +9,7 @@ from zerda.errors import ConfigurationError, ContextOverflowError
 from zerda.memory._base import BaseMemory, _View
 from zerda.messages import Message
 from zerda.policies import Overflow, fit_budget
-from zerda.stores._memory import Tail, TokenCounts
+from zerda.stores._base import Tail, TokenCounts
 from zerda.tokens import TokenCounter, as_token_counter
 
 __all__ = ["ConversationTokenBufferMemory"]

@@ -1,6 +1,30 @@
-"""Where messages live. The in-memory store backs every memory for now; persistent backends
-(SQLite, JSON file, Redis, Postgres) and the public store contract come next."""
+"""Where messages live: the store contract and its backends.
+
+Every memory takes ``store=`` and ``session_id=``; the default is a fresh
+:class:`InMemoryStore`. A backend implements :class:`Store` (sync), :class:`AsyncStore`
+(async) or both, and passes the shared contract suite in ``tests/stores/``.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from zerda.stores._base import (
+    MAX_SESSION_ID_LENGTH,
+    AsyncStore,
+    SessionInfo,
+    Store,
+    Tail,
+    TokenCounts,
+    check_session_id,
+)
+from zerda.stores._memory import InMemoryStore
+
+__all__ = [
+    "MAX_SESSION_ID_LENGTH",
+    "AsyncStore",
+    "InMemoryStore",
+    "SessionInfo",
+    "Store",
+    "Tail",
+    "TokenCounts",
+    "check_session_id",
+]

@@ -2,87 +2,118 @@
 
 from __future__ import annotations
 
+import bisect
+import json
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from zerda.messages import Message, Role
+from zerda.stores._base import (
+    EMPTY_TAIL,
+    SessionInfo,
+    Tail,
+    TokenCounts,
+    check_batch,
+    check_retention,
+    check_session_id,
+    metadata_copy,
+)
 
-__all__ = ["InMemoryStore", "Tail", "TokenCounts"]
+__all__ = ["InMemoryStore"]
 
 _USER, _SYSTEM = Role.USER, Role.SYSTEM
-
-TokenCounts = Mapping[str, Sequence[int]]
-"""Token counts of a batch, by counter name: ``{"tiktoken:o200k_base": [12, 40, ...]}``, one
-count per message of the batch, in order."""
-
-
-@dataclass(slots=True)  # not frozen: built on every read, and frozen init is slow
-class Tail:
-    """The end of a session as a memory needs it.
-
-    ``messages`` holds the non-system messages of the newest turns asked for, oldest first,
-    starting on a turn boundary; ``turn_starts`` gives the offset in ``messages`` where each of
-    those turns starts. ``system`` holds every system message of the session (they are pinned).
-    ``tokens`` and ``system_tokens`` hold, for the counter asked for, each message's stored
-    count, or ``None`` where no count by that counter was stored; both are empty when no
-    counter was asked for.
-    """
-
-    system: tuple[Message, ...]
-    messages: Sequence[Message]
-    turn_starts: Sequence[int]
-    total_turns: int
-    total_messages: int
-    tokens: Sequence[int | None] = ()
-    system_tokens: Sequence[int | None] = ()
-
-    @property
-    def complete(self) -> bool:
-        """Whether the tail holds every turn of the session."""
-        return len(self.turn_starts) == self.total_turns
-
-
-_EMPTY = Tail((), (), (), 0, 0)
 
 
 @dataclass(slots=True)
 class _Session:
+    created_at: float
+    updated_at: float
+    # The log, from absolute position ``base`` on (retention drops its front).
     messages: list[Message] = field(default_factory=list)
-    # Index in ``messages`` where each turn starts: every user message, and the first
-    # non-system message when the conversation opens without one.
+    base: int = 0
+    # Absolute position where each turn starts: every user message, and the first non-system
+    # message when the conversation opens without one.
     turn_starts: list[int] = field(default_factory=list)
-    system_at: list[int] = field(default_factory=list)
+    # Every system message (pinned; retention keeps them), their absolute positions, and how
+    # many of them are no longer in ``messages``.
     system: list[Message] = field(default_factory=list)
-    # Counter name -> one count per message of ``messages`` (None where not counted).
+    system_at: list[int] = field(default_factory=list)
+    system_trimmed: int = 0
+    # Counter name -> one count per message of ``messages`` / of ``system`` (None: not counted).
     tokens: dict[str, list[int | None]] = field(default_factory=dict)
+    system_tokens: dict[str, list[int | None]] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def message_count(self) -> int:
+        return self.system_trimmed + len(self.messages)
 
 
 class InMemoryStore:
-    """Keeps sessions in this process. Appends are atomic per batch; reads return copies.
+    """Keeps sessions in this process: the default store, and the reference for the contract.
 
-    It does no I/O, so its async methods run inline: they never block the event loop.
+    Appends are atomic per batch; reads return copies. It does no I/O, so its async methods
+    run inline and never block the event loop. ``ttl`` expires a session that many seconds
+    after its last write; ``max_messages`` keeps at least the last N messages of a session,
+    dropping whole turns (system messages are kept).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        ttl: float | None = None,
+        max_messages: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        check_retention(ttl, max_messages)
+        self.ttl = ttl
+        self.max_messages = max_messages
+        self._clock = clock
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"InMemoryStore(sessions={len(self._sessions)})"
+
+    # -- helpers (call with the lock held) ----------------------------------------------------
+
+    def _live(self, session_id: str) -> _Session | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            check_session_id(session_id)  # a stored id was checked when it was created
+            return None
+        if self.ttl is not None and self._expired(session, self._clock()):
+            del self._sessions[session_id]
+            return None
+        return session
+
+    def _expired(self, session: _Session, now: float) -> bool:
+        return self.ttl is not None and session.updated_at + self.ttl <= now
+
+    def _writable(self, session_id: str) -> _Session:
+        session = self._live(session_id)
+        now = self._clock()
+        if session is None:
+            session = self._sessions[session_id] = _Session(created_at=now, updated_at=now)
+        session.updated_at = now
+        return session
+
+    # -- the contract ---------------------------------------------------------------------------
 
     def append(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
     ) -> None:
-        """Append a batch atomically, with its token counts if given (one per message)."""
-        if tokens:
-            for name, counts in tokens.items():
-                if len(counts) != len(messages):
-                    raise ValueError(
-                        f"{len(counts)} token counts by {name!r} for {len(messages)} messages"
-                    )
+        check_batch(messages, tokens)
+        given = tokens or {}
         with self._lock:
-            session = self._sessions.setdefault(session_id, _Session())
+            session = self._writable(session_id)
             log, starts = session.messages, session.turn_starts
-            before = len(log)
-            for i, m in enumerate(messages, before):
+            end = session.base + len(log)
+            system_from = len(session.system)
+            for i, m in enumerate(messages, end):
                 role = m.role
                 if role is _USER or (not starts and role is not _SYSTEM):
                     starts.append(i)
@@ -90,50 +121,118 @@ class InMemoryStore:
                     session.system_at.append(i)
                     session.system.append(m)
             log.extend(messages)
-            given = tokens or {}
-            for name in given.keys() - session.tokens.keys():
-                session.tokens[name] = [None] * before
-            for name, column in session.tokens.items():
-                column.extend(given.get(name) or [None] * len(messages))
+            _extend_columns(session.tokens, given, len(messages), end - session.base)
+            if len(session.system) > system_from:
+                system_counts = {
+                    name: [c for c, m in zip(counts, messages, strict=True) if m.role is _SYSTEM]
+                    for name, counts in given.items()
+                }
+                _extend_columns(
+                    session.system_tokens,
+                    system_counts,
+                    len(session.system) - system_from,
+                    system_from,
+                )
+            if self.max_messages is not None and len(log) > self.max_messages:
+                _trim(session, self.max_messages)
 
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
-        """The newest ``turns`` turns (all for ``None``), the pinned system messages and, when
-        ``counter`` names a counter, the stored counts by it."""
         with self._lock:
-            session = self._sessions.get(session_id)
+            session = self._live(session_id)
             if session is None:
-                return _EMPTY
-            starts, log = session.turn_starts, session.messages
+                return EMPTY_TAIL
+            starts, log, base = session.turn_starts, session.messages, session.base
             n = len(starts) if turns is None else max(0, min(turns, len(starts)))
-            begin = starts[-n] if n else len(log)
-            picked = starts[len(starts) - n :]
+            begin = (starts[-n] if n else base + len(log)) - base
             column = session.tokens.get(counter) if counter is not None else None
             system_at = session.system_at
-            if not system_at or system_at[-1] < begin:
+            if not system_at or system_at[-1] < begin + base:
                 # The common case: no system message among the picked turns; plain slices.
                 messages: Sequence[Message] = log[begin:]
-                offsets: Sequence[int] = [s - begin for s in picked]
+                offsets: Sequence[int] = [s - base - begin for s in starts[len(starts) - n :]]
                 tokens: Sequence[int | None] = column[begin:] if column is not None else ()
             else:
+                picked = [s - base for s in starts[len(starts) - n :]]
                 messages, offsets, tokens = _without_system(log, column, begin, picked)
-            system = tuple(session.system)
             if counter is None:
                 system_tokens: Sequence[int | None] = ()
-            elif column is None:
-                system_tokens = [None] * len(system_at)
-                tokens = [None] * len(messages)
             else:
-                system_tokens = [column[i] for i in system_at]
-            return Tail(system, messages, offsets, len(starts), len(log), tokens, system_tokens)
+                system_column = session.system_tokens.get(counter)
+                system_tokens = (
+                    list(system_column) if system_column else [None] * len(session.system)
+                )
+                if column is None:
+                    tokens = [None] * len(messages)
+            return Tail(
+                tuple(session.system),
+                messages,
+                offsets,
+                len(starts),
+                session.message_count,
+                tokens,
+                system_tokens,
+            )
 
     def history(self, session_id: str) -> list[Message]:
         with self._lock:
-            session = self._sessions.get(session_id)
-            return list(session.messages) if session else []
+            session = self._live(session_id)
+            if session is None:
+                return []
+            return session.system[: session.system_trimmed] + session.messages
 
-    def clear(self, session_id: str) -> None:
+    def get_metadata(self, session_id: str) -> dict[str, Any]:
         with self._lock:
+            session = self._live(session_id)
+            return json.loads(json.dumps(session.metadata)) if session else {}
+
+    def update_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
+        copied = metadata_copy(values)
+        with self._lock:
+            metadata = self._writable(session_id).metadata
+            for key, value in copied.items():
+                if value is None:
+                    metadata.pop(key, None)
+                else:
+                    metadata[key] = value
+
+    def list_sessions(self) -> list[SessionInfo]:
+        with self._lock:
+            now = self._clock()
+            return [
+                SessionInfo(
+                    session_id,
+                    s.message_count,
+                    len(s.turn_starts),
+                    s.created_at,
+                    s.updated_at,
+                    None if self.ttl is None else s.updated_at + self.ttl,
+                )
+                for session_id, s in sorted(self._sessions.items())
+                if not self._expired(s, now)
+            ]
+
+    def delete_session(self, session_id: str) -> bool:
+        with self._lock:
+            existed = self._live(session_id) is not None
             self._sessions.pop(session_id, None)
+            return existed
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sessions.clear()
+
+    def purge_expired(self) -> int:
+        with self._lock:
+            now = self._clock()
+            expired = [sid for sid, s in self._sessions.items() if self._expired(s, now)]
+            for sid in expired:
+                del self._sessions[sid]
+            return len(expired)
+
+    def close(self) -> None:
+        """Nothing to release; the sessions stay readable."""
+
+    # -- async twins: inline, there is no I/O to wait for ------------------------------------
 
     async def aappend(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
@@ -146,8 +245,53 @@ class InMemoryStore:
     async def ahistory(self, session_id: str) -> list[Message]:
         return self.history(session_id)
 
-    async def aclear(self, session_id: str) -> None:
-        self.clear(session_id)
+    async def aget_metadata(self, session_id: str) -> dict[str, Any]:
+        return self.get_metadata(session_id)
+
+    async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
+        self.update_metadata(session_id, values)
+
+    async def alist_sessions(self) -> list[SessionInfo]:
+        return self.list_sessions()
+
+    async def adelete_session(self, session_id: str) -> bool:
+        return self.delete_session(session_id)
+
+    async def aclear(self) -> None:
+        self.clear()
+
+    async def apurge_expired(self) -> int:
+        return self.purge_expired()
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+def _extend_columns(
+    columns: dict[str, list[int | None]], given: TokenCounts, added: int, before: int
+) -> None:
+    """Append ``added`` counts to every column, ``None`` where a counter gave none."""
+    for name in given.keys() - columns.keys():
+        columns[name] = [None] * before
+    for name, column in columns.items():
+        counts = given.get(name)
+        column.extend(counts if counts is not None else [None] * added)
+
+
+def _trim(session: _Session, keep: int) -> None:
+    """Drop the oldest whole turns while at least ``keep`` messages stay."""
+    end = session.base + len(session.messages)
+    starts = session.turn_starts
+    j = bisect.bisect_right(starts, end - keep) - 1  # the newest turn start keeping >= keep
+    if j <= 0:
+        return
+    cut = starts[j] - session.base
+    session.system_trimmed = bisect.bisect_left(session.system_at, starts[j])
+    del session.messages[:cut]
+    for column in session.tokens.values():
+        del column[:cut]
+    del starts[:j]
+    session.base += cut
 
 
 def _without_system(
@@ -161,7 +305,7 @@ def _without_system(
     next_start = next(starts, -1)
     for i in range(begin, len(log)):
         m = log[i]
-        if m.role is Role.SYSTEM:
+        if m.role is _SYSTEM:
             continue
         if i == next_start:
             offsets.append(len(messages))
