@@ -21,8 +21,27 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@ $(VENV)/.core
 
+# The demo's database lives in the ignored .venv and is recreated on every run: the demo
+# never reads or writes your own sessions (those default to ~/.local/share/zerda).
+DEMO_DB := $(VENV)/demo.sqlite3
+ZERDA   := $(BIN)/zerda --db $(DEMO_DB)
+
 demo: $(VENV)/.core
-	$(BIN)/python examples/quickstart.py
+	@rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm
+	@echo "== A coffee order with tool calls, imported into a SQLite store: $(DEMO_DB)"
+	@echo "   (a demo database, recreated on every run; your own sessions are not touched)"
+	$(ZERDA) import examples/coffee-order.jsonl --session demo
+	@echo
+	@echo "== What the model sees within 300 tokens: the pinned system prompt and the newest"
+	@echo "   whole turns; older turns are evicted, a tool call never without its result"
+	$(ZERDA) show demo --context --token-limit 300
+	@echo
+	@echo "== The sessions in the store"
+	$(ZERDA) sessions
+	@echo
+	@echo "Try: $(ZERDA) show demo        (every turn, with tokens)"
+	@echo "     $(ZERDA) show demo --context --k 1"
+	@echo "     $(ZERDA) export demo"
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check $(CODE)
@@ -38,6 +57,7 @@ test: lint
 
 bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/token_buffer.py
+	$(BIN)/python benchmarks/sqlite_store.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -42,3 +42,25 @@ def test_token_buffer_benchmark_runs_and_stays_in_budget(tmp_path: Path) -> None
         assert row["floor_us"] > 0
         assert row["zerda_us"] > 0
     assert "| messages in session |" in run.stdout
+
+
+@pytest.mark.skipif(not DATA.exists(), reason=f"shared data set not found at {DATA}")
+def test_sqlite_benchmark_runs(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "sqlite_store.py"),
+            "--quick",
+            f"--dir={tmp_path}",
+            f"--json={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    assert result, "the benchmark wrote no results"
+    assert "|" in run.stdout

@@ -13,6 +13,7 @@ import zerda
 import zerda.errors
 import zerda.memory
 import zerda.messages
+import zerda.stores
 import zerda.tokens
 from zerda.memory import (
     BaseMemory,
@@ -33,7 +34,7 @@ def documented_names(module: str) -> set[str]:
 
 ZERDA_NAMES = documented_names("zerda")
 MEMORY_NAMES = documented_names("zerda.memory")
-PUBLIC_MODULES = [zerda, zerda.memory, zerda.messages, zerda.tokens, zerda.errors]
+PUBLIC_MODULES = [zerda, zerda.memory, zerda.messages, zerda.tokens, zerda.errors, zerda.stores]
 
 
 def test_the_api_page_lists_the_core_names() -> None:

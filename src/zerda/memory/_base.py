@@ -127,6 +127,11 @@ class BaseMemory(ABC):
         self.output_key = _check_key(output_key, "output_key")
         self.memory_key = _check_key(memory_key, "memory_key")
         self.session_id = check_session_id(session_id)
+        if isinstance(store, type):  # a class passes the protocol check (unbound methods)
+            raise ConfigurationError(
+                f"store must be a store instance, got the class {store.__name__}; "
+                f"write store={store.__name__}(...)"
+            )
         self.store: Store | AsyncStore = InMemoryStore() if store is None else store
         self._sync: Store | None = self.store if isinstance(self.store, Store) else None
         self._async: AsyncStore | None = self.store if isinstance(self.store, AsyncStore) else None

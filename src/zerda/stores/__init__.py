@@ -16,15 +16,22 @@ from zerda.stores._base import (
     TokenCounts,
     check_session_id,
 )
+from zerda.stores._json import JSONFileStore
 from zerda.stores._memory import InMemoryStore
+from zerda.stores._open import open_store
+from zerda.stores._sqlite import AsyncSQLiteStore, SQLiteStore
 
 __all__ = [
     "MAX_SESSION_ID_LENGTH",
+    "AsyncSQLiteStore",
     "AsyncStore",
     "InMemoryStore",
+    "JSONFileStore",
+    "SQLiteStore",
     "SessionInfo",
     "Store",
     "Tail",
     "TokenCounts",
     "check_session_id",
+    "open_store",
 ]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from zerda.errors import ConfigurationError, InvalidSessionIdError
 from zerda.messages import Message
@@ -59,7 +60,9 @@ def check_session_id(session_id: object) -> str:
 
 def check_retention(ttl: float | None, max_messages: int | None) -> None:
     """Validate the retention options every store takes."""
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
+    if ttl is not None and (
+        isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < math.inf
+    ):
         raise ConfigurationError(f"ttl must be None or a number of seconds > 0, got {ttl!r}")
     if max_messages is not None and (
         isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages <= 0
@@ -75,10 +78,15 @@ def check_batch(messages: Sequence[Message], tokens: TokenCounts | None) -> None
         if not isinstance(m, Message):
             raise ConfigurationError(f"a store appends Message objects, got {type(m).__name__}")
     for name, counts in (tokens or {}).items():
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"a counter name must be a non-empty string, got {name!r}")
         if len(counts) != len(messages):
             raise ConfigurationError(
                 f"{len(counts)} token counts by {name!r} for {len(messages)} messages"
             )
+        for n in counts:
+            if type(n) is not int or n < 0:
+                raise ConfigurationError(f"token counts must be integers >= 0, got {n!r}")
 
 
 def metadata_copy(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,6 +128,22 @@ class Tail:
 
 
 EMPTY_TAIL = Tail((), (), (), 0, 0)
+
+
+_Closing = TypeVar("_Closing", bound="ClosingStore")
+
+
+class ClosingStore:
+    """``with store: ...`` closes the store at the end of the block."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Closing) -> _Closing:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,13 +81,15 @@ class InMemoryStore:
     # -- helpers (call with the lock held) ----------------------------------------------------
 
     def _live(self, session_id: str) -> _Session | None:
-        session = self._sessions.get(session_id)
+        try:
+            session = self._sessions.get(session_id)
+        except TypeError:  # an unhashable id (a list, a dict): invalid, say so below
+            session = None
         if session is None:
             check_session_id(session_id)  # a stored id was checked when it was created
             return None
         if self.ttl is not None and self._expired(session, self._clock()):
-            del self._sessions[session_id]
-            return None
+            return None  # reads have no side effects: purge_expired() deletes it
         return session
 
     def _expired(self, session: _Session, now: float) -> bool:
@@ -107,33 +109,10 @@ class InMemoryStore:
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
     ) -> None:
         check_batch(messages, tokens)
-        given = tokens or {}
         with self._lock:
             session = self._writable(session_id)
-            log, starts = session.messages, session.turn_starts
-            end = session.base + len(log)
-            system_from = len(session.system)
-            for i, m in enumerate(messages, end):
-                role = m.role
-                if role is _USER or (not starts and role is not _SYSTEM):
-                    starts.append(i)
-                elif role is _SYSTEM:
-                    session.system_at.append(i)
-                    session.system.append(m)
-            log.extend(messages)
-            _extend_columns(session.tokens, given, len(messages), end - session.base)
-            if len(session.system) > system_from:
-                system_counts = {
-                    name: [c for c, m in zip(counts, messages, strict=True) if m.role is _SYSTEM]
-                    for name, counts in given.items()
-                }
-                _extend_columns(
-                    session.system_tokens,
-                    system_counts,
-                    len(session.system) - system_from,
-                    system_from,
-                )
-            if self.max_messages is not None and len(log) > self.max_messages:
+            _add_batch(session, messages, tokens or {})
+            if self.max_messages is not None and len(session.messages) > self.max_messages:
                 _trim(session, self.max_messages)
 
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
@@ -267,8 +246,40 @@ class InMemoryStore:
         self.close()
 
 
+def _add_batch(
+    session: _Session, messages: Sequence[Message], given: Mapping[str, Sequence[int | None]]
+) -> None:
+    """Append a checked batch and its counts to the log, indexing turns and system messages."""
+    log, starts = session.messages, session.turn_starts
+    end = session.base + len(log)
+    system_from = len(session.system)
+    for i, m in enumerate(messages, end):
+        role = m.role
+        if role is _USER or (not starts and role is not _SYSTEM):
+            starts.append(i)
+        elif role is _SYSTEM:
+            session.system_at.append(i)
+            session.system.append(m)
+    log.extend(messages)
+    _extend_columns(session.tokens, given, len(messages), end - session.base)
+    if len(session.system) > system_from:
+        system_counts = {
+            name: [c for c, m in zip(counts, messages, strict=True) if m.role is _SYSTEM]
+            for name, counts in given.items()
+        }
+        _extend_columns(
+            session.system_tokens,
+            system_counts,
+            len(session.system) - system_from,
+            system_from,
+        )
+
+
 def _extend_columns(
-    columns: dict[str, list[int | None]], given: TokenCounts, added: int, before: int
+    columns: dict[str, list[int | None]],
+    given: Mapping[str, Sequence[int | None]],
+    added: int,
+    before: int,
 ) -> None:
     """Append ``added`` counts to every column, ``None`` where a counter gave none."""
     for name in given.keys() - columns.keys():
@@ -276,6 +287,37 @@ def _extend_columns(
     for name, column in columns.items():
         counts = given.get(name)
         column.extend(counts if counts is not None else [None] * added)
+
+
+def _session_state(session: _Session) -> tuple[list[Message], dict[str, list[int | None]]]:
+    """What :func:`_restore_session` needs to rebuild ``session`` (besides its times and
+    metadata): its ``history`` and each counter's counts over it (``None``: not counted)."""
+    pinned = session.system_trimmed
+    columns: dict[str, list[int | None]] = {}
+    for name in session.tokens.keys() | session.system_tokens.keys():
+        system_column = session.system_tokens.get(name)
+        column = session.tokens.get(name)
+        counts: list[int | None] = (
+            [None] * pinned if system_column is None else system_column[:pinned]
+        )
+        counts.extend([None] * len(session.messages) if column is None else column)
+        columns[name] = counts
+    return session.system[:pinned] + session.messages, columns
+
+
+def _restore_session(
+    created_at: float,
+    updated_at: float,
+    metadata: dict[str, Any],
+    history: Sequence[Message],
+    tokens: Mapping[str, Sequence[int | None]],
+) -> _Session:
+    """Rebuild a session from :func:`_session_state`'s parts, replaying its history as one
+    batch. The system messages that retention kept lead the history, before any turn, so in
+    the log they read, count and get trimmed exactly as when they were kept apart from it."""
+    session = _Session(created_at, updated_at, metadata=metadata)
+    _add_batch(session, history, tokens)
+    return session
 
 
 def _trim(session: _Session, keep: int) -> None:

@@ -1,0 +1,9 @@
+"""``python -m zerda.cli``: the ``zerda`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from zerda.cli import main
+
+sys.exit(main())

@@ -1,0 +1,616 @@
+"""What each ``zerda`` command does, over any store that implements the Store protocol."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from zerda.cli._jsonl import FORM_NAMES, parse_jsonl
+from zerda.cli._render import brief, clip, local_time, plural, size, table, terminal_width
+from zerda.errors import ContextOverflowError, ZerdaError
+from zerda.memory import (
+    BaseMemory,
+    ConversationBufferWindowMemory,
+    ConversationTokenBufferMemory,
+)
+from zerda.messages import Message, Role, group_turns
+from zerda.stores._base import SessionInfo, Store, Tail
+from zerda.stores._open import StoreTarget, open_store, parse_target
+from zerda.tokens import ApproxCounter, TiktokenCounter, TokenCounter, default_token_counter
+
+__all__ = ["COMMANDS", "Context"]
+
+
+@dataclass(slots=True)
+class Context:
+    """What every command gets besides its arguments: the store target and where to write."""
+
+    target: str
+    source: str  # where the target came from: "--db", "$ZERDA_DB", "the default location"
+    json: bool
+    out: TextIO
+    err: TextIO
+
+    @property
+    def where(self) -> StoreTarget:
+        return parse_target(self.target)
+
+
+# -- opening the store -----------------------------------------------------------------------
+
+
+@contextmanager
+def _reading(ctx: Context) -> Iterator[Store | None]:
+    """The store, or ``None`` when its file does not exist: reading never creates a file."""
+    where = ctx.where
+    if where.path is not None and not where.path.exists():
+        yield None
+        return
+    store = open_store(ctx.target)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def _writing(ctx: Context) -> Iterator[Store]:
+    """The store, created if need be (file stores create missing folders too)."""
+    store = open_store(ctx.target)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _missing(ctx: Context, session_id: str) -> ZerdaError:
+    exists = ctx.where.path is None or ctx.where.path.exists()
+    where = ctx.target if exists else f"{ctx.target} (the file does not exist yet)"
+    return ZerdaError(f"no session {session_id!r} in {where}; 'zerda sessions' lists them")
+
+
+def _require(store: Store | None, ctx: Context, session_id: str) -> Store:
+    """``store``, if it holds the session (messages or metadata), else the missing error."""
+    if store is None:
+        raise _missing(ctx, session_id)
+    if store.tail(session_id, 0).total_messages == 0 and not store.get_metadata(session_id):
+        raise _missing(ctx, session_id)
+    return store
+
+
+def _counter(name: str) -> TokenCounter:
+    if name == "approx":
+        return ApproxCounter()
+    if name == "default":
+        return default_token_counter()
+    return TiktokenCounter(name)
+
+
+def _counts(
+    counter: TokenCounter, messages: Sequence[Message], stored: Sequence[int | None]
+) -> list[int]:
+    """Each message's tokens: the count stored by this counter, else counted now."""
+    if len(stored) != len(messages):
+        stored = [None] * len(messages)
+    return [
+        n if n is not None else counter.count_message(m)
+        for m, n in zip(messages, stored, strict=True)
+    ]
+
+
+def _emit_json(ctx: Context, value: object) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False), file=ctx.out)
+
+
+# -- sessions --------------------------------------------------------------------------------
+
+
+def _session_json(info: SessionInfo) -> dict[str, Any]:
+    return {
+        "session_id": info.session_id,
+        "message_count": info.message_count,
+        "turn_count": info.turn_count,
+        "created_at": info.created_at,
+        "updated_at": info.updated_at,
+        "expires_at": info.expires_at,
+    }
+
+
+def cmd_sessions(args: argparse.Namespace, ctx: Context) -> int:
+    with _reading(ctx) as store:
+        infos = store.list_sessions() if store is not None else []
+    # Newest first; the sort is stable, so sessions active at the same time stay in id order.
+    infos.sort(key=lambda s: s.updated_at, reverse=True)
+    if ctx.json:
+        _emit_json(ctx, [_session_json(s) for s in infos])
+    elif not infos:
+        print(f"No sessions in {ctx.target}.", file=ctx.out)
+    else:
+        rows: list[Sequence[object]] = [("session", "messages", "turns", "last activity")]
+        rows += [
+            (s.session_id, s.message_count, s.turn_count, local_time(s.updated_at)) for s in infos
+        ]
+        for line in table(rows, "lrrl"):
+            print(line, file=ctx.out)
+    return 0
+
+
+# -- show ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Row:
+    message: Message
+    tokens: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "message": self.message.to_dict()}
+
+
+@dataclass(slots=True)
+class _TurnRows:
+    number: int
+    rows: list[_Row]
+    partial: bool = False  # the newest turn, cut to fit a token budget
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.tokens for r in self.rows)
+
+    @property
+    def started_at(self) -> float | None:
+        return self.rows[0].message.created_at
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "turn": self.number,
+            "started_at": self.started_at,
+            "tokens": self.tokens,
+            "partial": self.partial,
+            "messages": [r.as_json() for r in self.rows],
+        }
+
+
+@dataclass(slots=True)
+class _View:
+    """A session, or the part of it in the context, as rows with token counts."""
+
+    total_messages: int
+    total_turns: int
+    system: list[_Row]
+    turns: list[_TurnRows]
+    context: dict[str, Any] | None = None
+    context_messages: list[Message] = field(default_factory=list)
+
+
+def _rows(counter: TokenCounter, tail: Tail, start: int = 0) -> tuple[list[_Row], list[_TurnRows]]:
+    """Rows for the tail's system messages and for its messages from ``start`` on."""
+    system_counts = _counts(counter, tail.system, tail.system_tokens)
+    system = [_Row(m, n) for m, n in zip(tail.system, system_counts, strict=True)]
+    counts = _counts(counter, tail.messages, tail.tokens)
+    first_number = tail.total_turns - len(tail.turn_starts) + 1
+    bounds = [*tail.turn_starts, len(tail.messages)]
+    turns = []
+    for i, (begin, end) in enumerate(itertools.pairwise(bounds)):
+        if end <= start:
+            continue
+        lo = max(begin, start)
+        rows = [_Row(tail.messages[j], counts[j]) for j in range(lo, end)]
+        turns.append(_TurnRows(first_number + i, rows, partial=lo != begin))
+    return system, turns
+
+
+def _whole_session(store: Store, session_id: str, counter: TokenCounter) -> _View:
+    tail = store.tail(session_id, None, counter.name)
+    system, turns = _rows(counter, tail)
+    return _View(tail.total_messages, tail.total_turns, system, turns)
+
+
+def _context(store: Store, args: argparse.Namespace, counter: TokenCounter) -> _View:
+    """What the memory the options describe sends to the model, with its token counts.
+
+    The context comes from the memory class itself; one more tail read of the same turns gives
+    the stored counts and turn numbers. Should a writer add messages between the two reads,
+    read both again.
+    """
+    memory: BaseMemory
+    settings: dict[str, Any]
+    if args.k is not None:
+        memory = ConversationBufferWindowMemory(k=args.k, store=store, session_id=args.session)
+        settings = {"memory": "ConversationBufferWindowMemory", "k": args.k}
+    else:
+        memory = ConversationTokenBufferMemory(
+            max_token_limit=args.token_limit,
+            reserve_tokens=args.reserve,
+            token_counter=counter,
+            store=store,
+            session_id=args.session,
+        )
+        settings = {
+            "memory": "ConversationTokenBufferMemory",
+            "max_token_limit": args.token_limit,
+            "reserve_tokens": args.reserve,
+            "budget": memory.budget,
+        }
+    for _ in range(5):
+        context = memory.get_context()
+        pinned = sum(1 for m in context if m.role is Role.SYSTEM)
+        body = context[pinned:]
+        in_context = len(group_turns(body))
+        tail = store.tail(args.session, in_context, counter.name)
+        start = len(tail.messages) - len(body)
+        if list(tail.system) == context[:pinned] and list(tail.messages[start:]) == body:
+            break
+    else:
+        raise ZerdaError(f"session {args.session!r} kept changing while it was read; try again")
+    system, turns = _rows(counter, tail, start)
+    system_tokens = sum(r.tokens for r in system)
+    turn_tokens = sum(t.tokens for t in turns)
+    priming = counter.count_messages([])
+    settings.update(
+        {
+            "turns_in_context": in_context,
+            "turns_evicted": tail.total_turns - in_context,
+            "truncated": bool(turns) and turns[0].partial,
+            "tokens": system_tokens + turn_tokens + priming,
+            "tokens_by_part": {
+                "system": system_tokens,
+                "turns": turn_tokens,
+                "reply_priming": priming,
+            },
+        }
+    )
+    return _View(tail.total_messages, tail.total_turns, system, turns, settings, context)
+
+
+def _print_rows(ctx: Context, rows: Sequence[_Row], token_width: int, width: int) -> None:
+    # Cut long texts to the terminal, but always leave some of the text to read.
+    width = max(width, 2 + 9 + 2 + token_width + 2 + 20)
+    for r in rows:
+        line = f"  {r.message.role.value:<9}  {r.tokens:>{token_width}}  {brief(r.message)}"
+        print(clip(line, width), file=ctx.out)
+
+
+def _print_view(ctx: Context, session_id: str, view: _View, counter: TokenCounter) -> None:
+    out = ctx.out
+    settings = view.context
+    counted = f"tokens by {counter.name}"
+    if settings is None:
+        print(
+            f"Session {session_id}: {plural(view.total_messages, 'message')} in "
+            f"{plural(view.total_turns, 'turn')} ({counted})",
+            file=out,
+        )
+    else:
+        limit = f"--k {settings['k']}" if "k" in settings else _budget_text(settings)
+        print(f"Session {session_id}: what the model sees with {limit} ({counted})", file=out)
+    all_rows = [*view.system, *(r for t in view.turns for r in t.rows)]
+    token_width = max((len(str(r.tokens)) for r in all_rows), default=1)
+    width = terminal_width()
+    if view.system:
+        print(file=out)
+        tokens = sum(r.tokens for r in view.system)
+        print(f"System messages (pinned, sent first): {tokens} tokens", file=out)
+        _print_rows(ctx, view.system, token_width, width)
+    for turn in view.turns:
+        print(file=out)
+        when = f", {local_time(turn.started_at)}" if turn.started_at is not None else ""
+        cut = ", only its newest messages fit" if turn.partial else ""
+        print(
+            f"Turn {turn.number} of {view.total_turns}{when}: "
+            f"{plural(len(turn.rows), 'message')}, {plural(turn.tokens, 'token')}{cut}",
+            file=out,
+        )
+        _print_rows(ctx, turn.rows, token_width, width)
+    if not view.system and not view.turns:
+        print("\nNo messages.", file=out)
+    if settings is not None:
+        _print_footer(ctx, settings)
+
+
+def _budget_text(settings: dict[str, Any]) -> str:
+    text = f"--token-limit {settings['max_token_limit']}"
+    if settings["reserve_tokens"]:
+        text += f" --reserve {settings['reserve_tokens']}"
+    return text
+
+
+def _print_footer(ctx: Context, settings: dict[str, Any]) -> None:
+    parts = settings["tokens_by_part"]
+    total = settings["tokens"]
+    in_context = settings["turns_in_context"]
+    cut = " (the newest, cut: alone it is over the budget)" if settings["truncated"] else ""
+    print(file=ctx.out)
+    print(
+        f"In context: {in_context} of {plural(in_context + settings['turns_evicted'], 'turn')}"
+        f"{cut}, {settings['turns_evicted']} evicted",
+        file=ctx.out,
+    )
+    of = str(total)
+    if "budget" in settings:
+        of += f" / {settings['budget']} ({100 * total / settings['budget']:.0f}%)"
+    print(
+        f"Context tokens: {of} = system {parts['system']} + turns {parts['turns']} + "
+        f"reply priming {parts['reply_priming']}",
+        file=ctx.out,
+    )
+    if settings.get("reserve_tokens"):
+        print(
+            f"Budget: {settings['budget']} = --token-limit {settings['max_token_limit']} - "
+            f"--reserve {settings['reserve_tokens']}",
+            file=ctx.out,
+        )
+
+
+def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
+    with _reading(ctx) as opened:
+        store = _require(opened, ctx, args.session)
+        counter = _counter(args.counter)
+        if args.context:
+            try:
+                view = _context(store, args, counter)
+            except ContextOverflowError as exc:
+                raise ZerdaError(f"{exc}; try a larger --token-limit") from exc
+        else:
+            view = _whole_session(store, args.session, counter)
+    if not ctx.json:
+        _print_view(ctx, args.session, view, counter)
+        return 0
+    result: dict[str, Any] = {
+        "session_id": args.session,
+        "counter": counter.name,
+        "total_messages": view.total_messages,
+        "total_turns": view.total_turns,
+        "system": [r.as_json() for r in view.system],
+        "turns": [t.as_json() for t in view.turns],
+    }
+    if view.context is not None:
+        result["context"] = {
+            **view.context,
+            "messages": [m.to_openai() for m in view.context_messages],
+        }
+    _emit_json(ctx, result)
+    return 0
+
+
+# -- export ----------------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
+    with _reading(ctx) as opened:
+        store = _require(opened, ctx, args.session)
+        messages = store.history(args.session)
+    lines = (m.to_dict() if args.full else m.to_openai() for m in messages)
+    # JSONL is UTF-8 whatever the terminal's encoding.
+    data = "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in lines).encode("utf-8")
+    if args.output is None or args.output == "-":
+        buffer = getattr(ctx.out, "buffer", None)
+        if buffer is not None:
+            ctx.out.flush()
+            buffer.write(data)
+            buffer.flush()
+        else:
+            ctx.out.write(data.decode("utf-8"))
+        return 0
+    Path(args.output).write_bytes(data)
+    form = "full" if args.full else "openai"
+    if ctx.json:
+        _emit_json(
+            ctx,
+            {
+                "session_id": args.session,
+                "messages": len(messages),
+                "format": form,
+                "output": args.output,
+            },
+        )
+    else:
+        what = "with metadata and times" if args.full else "in OpenAI format"
+        print(
+            f"Exported {plural(len(messages), 'message')} of session {args.session} "
+            f"to {args.output} ({what}).",
+            file=ctx.out,
+        )
+    return 0
+
+
+# -- import ----------------------------------------------------------------------------------
+
+
+def _read_input(name: str) -> tuple[bytes, str]:
+    if name == "-":
+        return sys.stdin.buffer.read(), "<stdin>"
+    return Path(name).read_bytes(), name
+
+
+def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
+    data, name = _read_input(args.file)
+    parsed = parse_jsonl(data, name)
+    if parsed.problems:
+        for problem in parsed.problems:
+            print(f"zerda: error: {problem}", file=ctx.err)
+        hidden = parsed.bad_lines - len(parsed.problems)
+        more = f" ({hidden} more not shown)" if hidden else ""
+        bad = plural(parsed.bad_lines, "bad line")
+        raise ZerdaError(f"nothing imported: {bad} in {name}{more}")
+    if parsed.form is None or not parsed.messages:
+        raise ZerdaError(f"{name} holds no messages; nothing imported")
+    now = time.time()
+    batch = [m if m.created_at is not None else m.with_created_at(now) for m in parsed.messages]
+    with _writing(ctx) as store:
+        store.append(args.session, batch)
+        after = store.tail(args.session, 0)
+    turns = len(group_turns(batch))
+    if ctx.json:
+        _emit_json(
+            ctx,
+            {
+                "session_id": args.session,
+                "source": name,
+                "form": parsed.form,
+                "conversations": parsed.conversations,
+                "messages": len(batch),
+                "turns": turns,
+                "session_messages": after.total_messages,
+                "session_turns": after.total_turns,
+            },
+        )
+        return 0
+    form = FORM_NAMES[parsed.form]
+    if parsed.form == "conversations":
+        form = f"{plural(parsed.conversations, 'conversation')}, {form}"
+    print(
+        f"Imported {plural(len(batch), 'message')} ({plural(turns, 'turn')}) from {name} "
+        f"({form}) into session {args.session}, which now holds "
+        f"{plural(after.total_messages, 'message')} in {plural(after.total_turns, 'turn')}.",
+        file=ctx.out,
+    )
+    return 0
+
+
+# -- stats -----------------------------------------------------------------------------------
+
+
+def _store_stats(ctx: Context) -> dict[str, Any]:
+    where = ctx.where
+    stats: dict[str, Any] = {"target": ctx.target, "source": ctx.source, "backend": where.backend}
+    if where.path is not None:
+        stats["path"] = str(where.path)
+        stats["exists"] = where.path.exists()
+        if stats["exists"]:
+            stats["file_size"] = where.path.stat().st_size
+            wal = where.path.with_name(where.path.name + "-wal")
+            if wal.exists():
+                stats["wal_size"] = wal.stat().st_size
+    with _reading(ctx) as store:
+        infos = store.list_sessions() if store is not None else []
+        version = getattr(store, "schema_version", None)
+        if callable(version):
+            version = version()
+    if version is not None:
+        stats["schema_version"] = version
+    stats["sessions"] = len(infos)
+    stats["messages"] = sum(s.message_count for s in infos)
+    stats["turns"] = sum(s.turn_count for s in infos)
+    return stats
+
+
+def _session_stats(ctx: Context, session_id: str, counter: TokenCounter) -> dict[str, Any]:
+    with _reading(ctx) as opened:
+        store = _require(opened, ctx, session_id)
+        tail = store.tail(session_id, None, counter.name)
+        info = next((s for s in store.list_sessions() if s.session_id == session_id), None)
+    by_role: dict[str, dict[str, int]] = {role.value: {"messages": 0, "tokens": 0} for role in Role}
+    for messages, stored in ((tail.system, tail.system_tokens), (tail.messages, tail.tokens)):
+        for m, n in zip(messages, _counts(counter, messages, stored), strict=True):
+            by_role[m.role.value]["messages"] += 1
+            by_role[m.role.value]["tokens"] += n
+    return {
+        "session_id": session_id,
+        "message_count": tail.total_messages,
+        "turn_count": tail.total_turns,
+        "created_at": info.created_at if info else None,
+        "updated_at": info.updated_at if info else None,
+        "expires_at": info.expires_at if info else None,
+        "counter": counter.name,
+        "tokens_by_role": by_role,
+        "tokens": sum(r["tokens"] for r in by_role.values()),
+    }
+
+
+def cmd_stats(args: argparse.Namespace, ctx: Context) -> int:
+    if args.session is not None:
+        stats = _session_stats(ctx, args.session, _counter(args.counter))
+        if ctx.json:
+            _emit_json(ctx, stats)
+            return 0
+        rows: list[Sequence[object]] = [
+            ("session", stats["session_id"]),
+            ("messages", stats["message_count"]),
+            ("turns", stats["turn_count"]),
+            ("first activity", local_time(stats["created_at"])),
+            ("last activity", local_time(stats["updated_at"])),
+        ]
+        if stats["expires_at"] is not None:
+            rows.append(("expires", local_time(stats["expires_at"])))
+        for line in table(rows, "ll"):
+            print(line, file=ctx.out)
+        print(f"\nTokens by {stats['counter']}:", file=ctx.out)
+        by_role = stats["tokens_by_role"]
+        role_rows: list[Sequence[object]] = [("role", "messages", "tokens")]
+        role_rows += [(role, v["messages"], v["tokens"]) for role, v in by_role.items()]
+        role_rows.append(("total", stats["message_count"], stats["tokens"]))
+        for line in table(role_rows, "lrr", indent="  "):
+            print(line, file=ctx.out)
+        return 0
+    stats = _store_stats(ctx)
+    if ctx.json:
+        _emit_json(ctx, stats)
+        return 0
+    rows = [
+        ("database", f"{stats['target']} (from {stats['source']})"),
+        ("backend", stats["backend"]),
+    ]
+    if "path" in stats:
+        if not stats["exists"]:
+            rows.append(("file", "does not exist yet ('zerda import' creates it)"))
+        else:
+            rows.append(("file size", size(stats["file_size"])))
+            if stats.get("wal_size"):
+                rows.append(("write-ahead log", size(stats["wal_size"])))
+    if "schema_version" in stats:
+        rows.append(("schema version", stats["schema_version"]))
+    rows += [
+        ("sessions", stats["sessions"]),
+        ("messages", stats["messages"]),
+        ("turns", stats["turns"]),
+    ]
+    for line in table(rows, "ll"):
+        print(line, file=ctx.out)
+    return 0
+
+
+# -- rm --------------------------------------------------------------------------------------
+
+
+def cmd_rm(args: argparse.Namespace, ctx: Context) -> int:
+    with _reading(ctx) as opened:
+        store = _require(opened, ctx, args.session)
+        before = store.tail(args.session, 0)
+        if not store.delete_session(args.session):
+            raise _missing(ctx, args.session)  # removed by someone else meanwhile
+    if ctx.json:
+        _emit_json(
+            ctx,
+            {
+                "session_id": args.session,
+                "removed": True,
+                "message_count": before.total_messages,
+                "turn_count": before.total_turns,
+            },
+        )
+    else:
+        print(
+            f"Removed session {args.session}: {plural(before.total_messages, 'message')} in "
+            f"{plural(before.total_turns, 'turn')}, and its metadata.",
+            file=ctx.out,
+        )
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
+    "sessions": cmd_sessions,
+    "show": cmd_show,
+    "export": cmd_export,
+    "import": cmd_import,
+    "stats": cmd_stats,
+    "rm": cmd_rm,
+}

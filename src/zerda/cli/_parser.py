@@ -1,0 +1,242 @@
+"""The argument parser of the ``zerda`` command: commands, options and their help."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NoReturn
+
+from zerda import __version__
+from zerda.errors import InvalidSessionIdError
+from zerda.stores._base import check_session_id
+
+__all__ = ["DEFAULT_FILE", "build_parser", "default_target"]
+
+DEFAULT_FILE = Path("zerda") / "zerda.sqlite3"
+
+DESCRIPTION = """\
+Look inside a Zerda store: list its sessions, show what was said and what the model
+would see, import and export conversations as JSONL."""
+
+EPILOG = """\
+the database:
+  --db TARGET, else $ZERDA_DB, else $XDG_DATA_HOME/zerda/zerda.sqlite3
+  ($XDG_DATA_HOME defaults to ~/.local/share). TARGET is a SQLite file (any path,
+  or sqlite:///absolute/path, sqlite:relative/path), a JSON file (a path ending in
+  .json, or json:PATH) or memory: (an empty store that lives for one command).
+  --db and --json may come before or after the command.
+
+examples:
+  zerda import chat.jsonl --session ada
+  zerda sessions
+  zerda show ada --context --token-limit 2000
+  zerda export ada -o ada.jsonl
+  zerda --db ./chats.sqlite3 stats --json
+
+Run 'zerda COMMAND --help' for a command's options."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as one line that says where to find help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"zerda: error: {message} (see '{self.prog} --help')\n")
+
+
+def _session_id(value: str) -> str:
+    try:
+        return check_session_id(value)
+    except InvalidSessionIdError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {n}")
+    return n
+
+
+def _non_negative_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
+    return n
+
+
+def default_target(environ: Mapping[str, str]) -> tuple[str, str]:
+    """The database to use without ``--db``, and where that choice came from."""
+    from_env = environ.get("ZERDA_DB", "")
+    if from_env:
+        return from_env, "$ZERDA_DB"
+    # The XDG spec says to ignore XDG_DATA_HOME when it is empty or not an absolute path.
+    data_home = environ.get("XDG_DATA_HOME", "")
+    if not data_home or not os.path.isabs(data_home):
+        data_home = str(Path("~/.local/share").expanduser())
+    return str(Path(data_home) / DEFAULT_FILE), "the default location"
+
+
+def _global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    # After the command the defaults are SUPPRESS, so an option given before the command is
+    # not overwritten by the subcommand's default when it is not given again.
+    default_db = argparse.SUPPRESS if after_command else None
+    default_json = argparse.SUPPRESS if after_command else False
+    parser.add_argument(
+        "--db",
+        metavar="TARGET",
+        default=default_db,
+        help="the store to use: a SQLite file, a .json file, sqlite:///path, json:PATH or "
+        "memory: (default: $ZERDA_DB, else $XDG_DATA_HOME/zerda/zerda.sqlite3)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default_json,
+        help="print JSON for scripts instead of tables (times as epoch seconds)",
+    )
+
+
+def _counter_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--counter",
+        metavar="NAME",
+        default="approx",
+        help="how to count tokens: approx (4 characters a token, no download; the default), "
+        "default (tiktoken o200k_base when it loads, else approx with a warning), or a "
+        "tiktoken encoding or model name (o200k_base, cl100k_base, gpt-4o, ...). Counts "
+        "stored by the same counter are used as they are; the rest are counted",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    _global_options(common, after_command=True)
+
+    parser = _Parser(
+        prog="zerda",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _global_options(parser, after_command=False)
+    parser.add_argument("--version", action="version", version=f"zerda {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = commands.add_parser(
+            name,
+            help=summary,
+            description=description,
+            parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        return sub
+
+    command(
+        "sessions",
+        "list the sessions, newest first",
+        "List the sessions of the store, newest first (by last activity): id, messages,\n"
+        "turns, last activity (local time). With --json, a list of objects with times in\n"
+        "epoch seconds.",
+    )
+
+    show = command(
+        "show",
+        "show a session's turns, or what the model would see (--context)",
+        "Show a session turn by turn: each message's role, a short rendering of its content\n"
+        "(tool calls as name(arguments), tool results with the id of the call they answer)\n"
+        "and its tokens, with the tokens of each turn. Long texts are cut to the terminal\n"
+        "width; 'zerda export' and --json give them whole.\n\n"
+        "With --context, show exactly what a memory would send to the model: the pinned\n"
+        "system messages and the newest whole turns that fit --k turns or a --token-limit\n"
+        "budget, with the turns in context, the turns evicted and the tokens used.",
+    )
+    show.add_argument("session", metavar="SESSION", type=_session_id, help="the session id")
+    show.add_argument(
+        "--context",
+        action="store_true",
+        help="show only what the model would see; needs --k or --token-limit",
+    )
+    limits = show.add_mutually_exclusive_group()
+    limits.add_argument(
+        "--k",
+        type=_positive_int,
+        metavar="N",
+        help="the context is the last N turns (ConversationBufferWindowMemory)",
+    )
+    limits.add_argument(
+        "--token-limit",
+        type=_positive_int,
+        metavar="N",
+        help="the context is the newest turns that fit N tokens (ConversationTokenBufferMemory)",
+    )
+    show.add_argument(
+        "--reserve",
+        type=_non_negative_int,
+        metavar="N",
+        default=0,
+        help="with --token-limit: tokens kept free for the rest of the prompt (default 0)",
+    )
+    _counter_option(show)
+
+    export = command(
+        "export",
+        "write a session as JSONL",
+        "Write a session as JSONL, one message a line, oldest first, in OpenAI's chat format\n"
+        "(ready for a 'messages' list). --full writes Zerda's lossless form instead, with\n"
+        "each message's metadata and created_at; 'zerda import' reads both.",
+    )
+    export.add_argument("session", metavar="SESSION", type=_session_id, help="the session id")
+    export.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE instead of standard output"
+    )
+    export.add_argument(
+        "--full", action="store_true", help="keep each message's metadata and created_at"
+    )
+
+    import_ = command(
+        "import",
+        "append messages from a JSONL file to a session",
+        "Append the messages of a JSONL file to a session, as one atomic batch.\n\n"
+        'A file holds either one message a line ({"role": "user", "content": ...}, as\n'
+        "'zerda export' writes) or one conversation a line ({\"messages\": [...]}, other keys\n"
+        "ignored); the first line decides. Every line is checked before anything is written:\n"
+        "a bad line is reported as FILE:LINE: reason, and then nothing is imported. Messages\n"
+        "without created_at are stamped with the time of the import.",
+    )
+    import_.add_argument("file", metavar="FILE", help="the JSONL file; - reads standard input")
+    import_.add_argument(
+        "--session",
+        required=True,
+        type=_session_id,
+        metavar="ID",
+        help="the session to append to (created if needed): 1 to 200 of A-Z a-z 0-9 _ . : @ + = -",
+    )
+
+    stats = command(
+        "stats",
+        "sizes of the store, or of one session",
+        "Without SESSION: the store (target, backend, file size, schema version) and how many\n"
+        "sessions, messages and turns it holds. With SESSION: its messages and turns, its\n"
+        "tokens by role, and its first and last activity.",
+    )
+    stats.add_argument(
+        "session", metavar="SESSION", nargs="?", type=_session_id, help="one session's stats"
+    )
+    _counter_option(stats)
+
+    rm = command(
+        "rm",
+        "delete a session",
+        "Delete a session: its messages and its metadata. Prints what it removed.",
+    )
+    rm.add_argument("session", metavar="SESSION", type=_session_id, help="the session id")
+    return parser

@@ -1,0 +1,761 @@
+"""The SQLite store: sessions in one file, WAL, one transaction per batch, ordered migrations."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager, suppress
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple, TypeVar
+
+from zerda.errors import (
+    ConfigurationError,
+    CorruptDataError,
+    InvalidMessageError,
+    StoreUnavailableError,
+    ZerdaError,
+)
+from zerda.messages import Message, Role
+from zerda.stores._base import (
+    EMPTY_TAIL,
+    ClosingStore,
+    SessionInfo,
+    Tail,
+    TokenCounts,
+    check_batch,
+    check_retention,
+    check_session_id,
+    metadata_copy,
+)
+
+__all__ = ["MIGRATIONS", "AsyncSQLiteStore", "SQLiteStore"]
+
+_T = TypeVar("_T")
+_USER, _SYSTEM = Role.USER, Role.SYSTEM
+
+# System messages belong to no turn; they are stored under this turn number, so that they sort
+# before every turn of their session and read as one short range of the primary key.
+SYSTEM_TURN = -1
+# Decoded messages (and token counts) kept per store, by stored text.
+_CACHE_SIZE = 4096
+
+# -- schema migrations ------------------------------------------------------------------------
+#
+# Ordered, named functions, each applied once and recorded by name in ``_zerda_migrations``.
+# Add a migration by appending a function; never edit or reorder one that has shipped.
+
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[Migration] = []
+
+
+def _migration(fn: Migration) -> Migration:
+    MIGRATIONS.append(fn)
+    return fn
+
+
+@_migration
+def m001_sessions_and_messages(db: sqlite3.Connection) -> None:
+    # A session's counters describe its log without reading it: messages hold absolute
+    # positions ``seq`` and turn numbers ``turn``; retention moves ``first_seq`` and
+    # ``first_turn`` forward. The session keeps ``seq`` and ``turn`` numbering across trims.
+    db.execute(
+        """
+        CREATE TABLE sessions (
+            sid INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL UNIQUE,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            next_seq INTEGER NOT NULL DEFAULT 0,       -- position of the next message
+            first_seq INTEGER NOT NULL DEFAULT 0,      -- first position retention kept
+            next_turn INTEGER NOT NULL DEFAULT 0,      -- number of the next turn
+            first_turn INTEGER NOT NULL DEFAULT 0,     -- first turn retention kept
+            system_trimmed INTEGER NOT NULL DEFAULT 0  -- system messages before first_seq
+        )
+        """
+    )
+    # Clustered by (session, turn, position): the newest k turns of a session are one range
+    # of the primary key, read in order from neighbouring pages with no second lookup,
+    # whatever the file holds. System messages (turn -1) are a range of their own at the
+    # front of the session. The price of WITHOUT ROWID with rows this size (a few hundred
+    # bytes) is a deeper tree, since its inner pages hold whole rows: one or two more cached
+    # pages per seek, which benchmarks/sqlite_store.py shows does not show at 1,000,000 rows.
+    db.execute(
+        """
+        CREATE TABLE messages (
+            sid INTEGER NOT NULL,
+            turn INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            body TEXT NOT NULL,    -- Message.to_json()
+            tokens TEXT,           -- {"counter name": count, ...} or NULL
+            PRIMARY KEY (sid, turn, seq)
+        ) WITHOUT ROWID
+        """
+    )
+
+
+# -- SQL (module constants, so sqlite3's statement cache reuses the prepared statements) -----
+
+_SESSION = (
+    "SELECT sid, created_at, updated_at, next_seq, first_seq, next_turn, first_turn, "
+    "system_trimmed FROM sessions WHERE session_id = ?"
+)
+_NEW_SESSION = "INSERT INTO sessions (session_id, created_at, updated_at) VALUES (?, ?, ?)"
+_RESET_SESSION = (
+    "UPDATE sessions SET created_at = ?, updated_at = ?, metadata = '{}', next_seq = 0, "
+    "first_seq = 0, next_turn = 0, first_turn = 0, system_trimmed = 0 WHERE sid = ?"
+)
+_AFTER_APPEND = "UPDATE sessions SET updated_at = ?, next_seq = ?, next_turn = ? WHERE sid = ?"
+_AFTER_TRIM = "UPDATE sessions SET first_seq = ?, first_turn = ?, system_trimmed = ? WHERE sid = ?"
+_INSERT = "INSERT INTO messages (sid, turn, seq, role, body, tokens) VALUES (?, ?, ?, ?, ?, ?)"
+_SYSTEM_ROWS = "SELECT body, tokens FROM messages WHERE sid = ? AND turn = -1 ORDER BY seq"
+TAIL_QUERY = (
+    "SELECT turn, body, tokens FROM messages WHERE sid = ? AND turn >= ? ORDER BY turn, seq"
+)
+_ALL_ROWS = "SELECT turn, seq, body FROM messages WHERE sid = ? ORDER BY turn, seq"
+_TURN_STARTS = "SELECT turn, seq FROM messages WHERE sid = ? AND turn >= ? ORDER BY turn, seq"
+_SYSTEM_BEFORE = "SELECT count(*) FROM messages WHERE sid = ? AND turn = -1 AND seq < ?"
+_DROP_TURNS = "DELETE FROM messages WHERE sid = ? AND turn >= 0 AND turn < ?"
+_DROP_MESSAGES = "DELETE FROM messages WHERE sid = ?"
+_DROP_SESSION = "DELETE FROM sessions WHERE sid = ?"
+_METADATA = "SELECT metadata FROM sessions WHERE sid = ?"
+_SET_METADATA = "UPDATE sessions SET metadata = ?, updated_at = ? WHERE sid = ?"
+_LIST = (
+    "SELECT session_id, next_seq - first_seq + system_trimmed, next_turn - first_turn, "
+    "created_at, updated_at FROM sessions WHERE ? IS NULL OR updated_at + ? > ? "
+    "ORDER BY session_id"
+)
+_EXPIRED = "SELECT sid FROM sessions WHERE updated_at + ? <= ?"
+
+
+class _Row(NamedTuple):
+    """A session's row of the ``sessions`` table."""
+
+    sid: int
+    created_at: float
+    updated_at: float
+    next_seq: int
+    first_seq: int
+    next_turn: int
+    first_turn: int
+    system_trimmed: int
+
+
+def _check_path(path: object) -> str:
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path:
+        raise ConfigurationError(
+            f"path must be a file path (str or os.PathLike) or ':memory:', got {path!r}"
+        )
+    return path
+
+
+def _check_timeout(timeout: object) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise ConfigurationError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+    return float(timeout)
+
+
+class SQLiteStore(ClosingStore):
+    """Sessions in a SQLite file: the embedded, persistent store.
+
+    Many stores, threads and processes may share one file: each batch is one ``BEGIN
+    IMMEDIATE`` transaction, so writers queue on the file lock (for up to ``timeout`` seconds)
+    and a batch is stored whole or not at all. Reading the newest k turns is one range of the
+    primary key: its cost is what it returns, however long the session and however big the
+    file. ``ttl`` and ``max_messages`` behave as in :class:`~zerda.stores.InMemoryStore`.
+
+    ``path`` is a file path (missing parent folders are created) or ``":memory:"``. A file
+    that is not a database raises :class:`~zerda.CorruptDataError`; a file that cannot be
+    opened or written, :class:`~zerda.StoreUnavailableError` (both name the path and chain
+    sqlite3's error). The schema is migrated on open; a file written by a newer Zerda is
+    refused rather than misread.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ttl: float | None = None,
+        max_messages: int | None = None,
+        clock: Callable[[], float] = time.time,
+        timeout: float = 30.0,
+    ) -> None:
+        check_retention(ttl, max_messages)
+        self.path = _check_path(path)
+        self.ttl = ttl
+        self.max_messages = max_messages
+        self.timeout = _check_timeout(timeout)
+        self._clock = clock
+        # One connection per store, used under a lock. SQLite runs one writer at a time per
+        # file anyway, and a read here takes microseconds, so per-thread connections would
+        # buy little and cost much: connections left open by threads that ended, and a
+        # close() that cannot reach them.
+        self._lock = threading.Lock()
+        self._decoded: dict[str, Message] = {}
+        self._counts: dict[str, dict[str, int | None]] = {}
+        self._db: sqlite3.Connection | None = self._open()
+        self._schema_version = len(MIGRATIONS)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    @property
+    def schema_version(self) -> int:
+        """How many schema migrations the file has had (the newest this code knows of)."""
+        return self._schema_version
+
+    # -- opening and migrating ---------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        if self.path != ":memory:":
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreUnavailableError(
+                    f"cannot create the folder of SQLite store {self.path!r}: {exc}"
+                ) from exc
+        try:
+            db = sqlite3.connect(
+                self.path,
+                timeout=self.timeout,
+                isolation_level=None,  # transactions are ours: BEGIN IMMEDIATE per batch
+                check_same_thread=False,  # guarded by self._lock instead
+            )
+        except sqlite3.Error as exc:
+            raise self._error(exc, "open") from exc
+        try:
+            db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            # Under WAL, NORMAL syncs at checkpoints only: a commit that returned survives the
+            # process being killed (it is in the WAL, which the OS holds), while an OS crash or
+            # power cut may lose the last commits, never the file's consistency. FULL would
+            # add an fsync to every batch for that last case.
+            db.execute("PRAGMA synchronous = NORMAL")
+            self._retry_busy(lambda: self._set_up(db))
+        except BaseException as exc:
+            db.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._error(exc, "open") from exc
+            raise
+        return db
+
+    def _set_up(self, db: sqlite3.Connection) -> None:
+        # Switching to WAL takes a lock that SQLite does not wait for, so only switch when
+        # needed: once per file, not at every open.
+        (mode,) = db.execute("PRAGMA journal_mode").fetchone()
+        if mode not in ("wal", "memory"):
+            db.execute("PRAGMA journal_mode = WAL")
+        self._migrate(db)
+
+    def _retry_busy(self, step: Callable[[], None]) -> None:
+        """Run ``step``, trying again while the file is locked, for up to ``timeout`` seconds.
+
+        Most waits are sqlite3's busy handler's; this covers the few that do not use it
+        (several processes creating the same file at once, and switching it to WAL).
+        """
+        deadline = time.monotonic() + self.timeout
+        delay = 0.001
+        while True:
+            try:
+                step()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(2 * delay, 0.05)
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        """Apply the migrations the file has not had, in order, in one transaction."""
+        known = [m.__name__ for m in MIGRATIONS]
+        if self._applied(db) == known:
+            return  # the common case: no write lock needed to open
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS _zerda_migrations "
+                "(name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+            )
+            applied = self._applied(db)
+            unknown = [name for name in applied if name not in known]
+            if unknown:
+                raise StoreUnavailableError(
+                    f"SQLite store {self.path!r} has schema version {len(applied)}, newer than "
+                    f"this Zerda knows ({len(known)}; unknown migrations: {', '.join(unknown)}); "
+                    "upgrade zerda-memory to open it"
+                )
+            for migration in MIGRATIONS:
+                if migration.__name__ not in applied:
+                    migration(db)
+                    db.execute(
+                        "INSERT INTO _zerda_migrations (name, applied_at) VALUES (?, ?)",
+                        (migration.__name__, time.time()),
+                    )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _applied(db: sqlite3.Connection) -> list[str]:
+        try:
+            rows = db.execute("SELECT name FROM _zerda_migrations ORDER BY rowid").fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise
+        return [name for (name,) in rows]
+
+    # -- connection, transactions, errors ----------------------------------------------------
+
+    def _error(self, exc: sqlite3.Error, doing: str) -> ZerdaError:
+        if isinstance(exc, sqlite3.OperationalError | sqlite3.ProgrammingError):
+            return StoreUnavailableError(f"SQLite store {self.path!r}: cannot {doing}: {exc}")
+        # "file is not a database", "database disk image is malformed", broken constraints.
+        return CorruptDataError(f"SQLite store {self.path!r}: cannot {doing}: {exc}")
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreUnavailableError(f"SQLite store {self.path!r} is closed")
+        return self._db
+
+    @contextmanager
+    def _transaction(self, begin: str, doing: str) -> Iterator[sqlite3.Connection]:
+        """One transaction under the store's lock; sqlite3 errors become Zerda errors."""
+        with self._lock:
+            db = self._connection()
+            try:
+                db.execute(begin)
+                yield db
+                db.execute("COMMIT")
+            except BaseException as exc:
+                if db.in_transaction:
+                    with suppress(sqlite3.Error):  # the first error is the one to report
+                        db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise self._error(exc, doing) from exc
+                raise
+
+    def _write(self, doing: str) -> AbstractContextManager[sqlite3.Connection]:
+        # BEGIN IMMEDIATE takes the write lock up front: writers queue (busy_timeout) instead
+        # of deadlocking on a read lock each wants to upgrade.
+        return self._transaction("BEGIN IMMEDIATE", doing)
+
+    def _read(self, doing: str) -> AbstractContextManager[sqlite3.Connection]:
+        # A read transaction: the session row and its messages come from one snapshot.
+        return self._transaction("BEGIN", doing)
+
+    def close(self) -> None:
+        """Close the connection; later calls raise :class:`~zerda.StoreUnavailableError`."""
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    # -- helpers (inside a transaction) -------------------------------------------------------
+
+    def _session(self, db: sqlite3.Connection, session_id: str) -> _Row | None:
+        row = db.execute(_SESSION, (session_id,)).fetchone()
+        return None if row is None else _Row(*row)
+
+    def _expired(self, row: _Row, now: float) -> bool:
+        return self.ttl is not None and row.updated_at + self.ttl <= now
+
+    def _live(self, db: sqlite3.Connection, session_id: str) -> _Row | None:
+        """The session's row if it exists and has not expired.
+
+        Reads have no side effects: an expired session reads as absent and stays in the file
+        until ``purge_expired()`` (or a write, which starts it afresh).
+        """
+        row = self._session(db, session_id)
+        if row is None or self._expired(row, self._clock()):
+            return None
+        return row
+
+    def _writable(self, db: sqlite3.Connection, session_id: str, now: float) -> _Row:
+        """The session's row, created (or, if expired, started afresh) for a write at ``now``."""
+        row = self._session(db, session_id)
+        if row is None:
+            sid = db.execute(_NEW_SESSION, (session_id, now, now)).lastrowid
+            assert sid is not None
+            return _Row(sid, now, now, 0, 0, 0, 0, 0)
+        if self._expired(row, now):
+            db.execute(_DROP_MESSAGES, (row.sid,))
+            db.execute(_RESET_SESSION, (now, now, row.sid))
+            return _Row(row.sid, now, now, 0, 0, 0, 0, 0)
+        return row
+
+    def _decode(self, body: str, session_id: str, remember: bool = True) -> Message:
+        # Tails overlap from one read to the next, and decoding (parsing and validating) costs
+        # more than the query: keep recently decoded messages by their stored text. Messages
+        # are immutable, so sharing them is safe. Dropping the whole cache when full keeps
+        # every step a single dict operation, safe between threads without a lock.
+        message = self._decoded.get(body)
+        if message is not None:
+            return message
+        try:
+            message = Message.from_json(body)
+        except (InvalidMessageError, TypeError) as exc:
+            raise CorruptDataError(
+                f"SQLite store {self.path!r}: session {session_id!r} holds a message that "
+                f"cannot be decoded: {exc}"
+            ) from exc
+        if remember:
+            if len(self._decoded) >= _CACHE_SIZE:
+                self._decoded.clear()
+            self._decoded[body] = message
+        return message
+
+    def _count(self, tokens: str | None, counter: str, session_id: str) -> int | None:
+        if tokens is None:
+            return None
+        counts = self._counts.get(tokens)  # few distinct texts: {"counter": n} for small n
+        if counts is None:
+            try:
+                counts = json.loads(tokens)
+                if not isinstance(counts, dict):
+                    raise TypeError(f"expected a JSON object, got {tokens[:60]!r}")
+            except (ValueError, TypeError) as exc:
+                raise CorruptDataError(
+                    f"SQLite store {self.path!r}: session {session_id!r} holds token counts "
+                    f"that cannot be decoded: {exc}"
+                ) from exc
+            if len(self._counts) >= _CACHE_SIZE:
+                self._counts.clear()
+            self._counts[tokens] = counts
+        count: int | None = counts.get(counter)
+        return count
+
+    def _trim(self, db: sqlite3.Connection, row: _Row, next_seq: int) -> None:
+        """Drop the oldest whole turns while at least ``max_messages`` messages stay.
+
+        Walks the kept turns from the oldest and stops at the first that must stay, so the
+        work is what gets deleted (plus one turn).
+        """
+        keep = self.max_messages
+        assert keep is not None
+        if next_seq - row.first_seq <= keep:
+            return
+        limit = next_seq - keep  # the newest turn starting at or before it is the cut
+        cut_turn, cut_seq = -1, -1
+        cursor = db.execute(_TURN_STARTS, (row.sid, row.first_turn))
+        for turn, seq in cursor:
+            if seq > limit:
+                break
+            if turn != cut_turn:
+                cut_turn, cut_seq = turn, seq
+        cursor.close()
+        if cut_turn <= row.first_turn:
+            return
+        db.execute(_DROP_TURNS, (row.sid, cut_turn))
+        (system_trimmed,) = db.execute(_SYSTEM_BEFORE, (row.sid, cut_seq)).fetchone()
+        db.execute(_AFTER_TRIM, (cut_seq, cut_turn, system_trimmed, row.sid))
+
+    # -- the contract ----------------------------------------------------------------------------
+
+    def append(
+        self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
+    ) -> None:
+        check_batch(messages, tokens)
+        check_session_id(session_id)
+        given = tokens or {}
+        # Encode the batch before taking the lock: the transaction holds the file's write lock.
+        bodies = [m.to_json() for m in messages]
+        counts = _encode_counts(given, len(messages))
+        with self._write("append") as db:
+            now = self._clock()
+            row = self._writable(db, session_id, now)
+            seq, turn = row.next_seq, row.next_turn
+            rows = []
+            for i, m in enumerate(messages):
+                role = m.role
+                if role is _SYSTEM:
+                    at = SYSTEM_TURN
+                else:
+                    if role is _USER or turn == 0:
+                        turn += 1
+                    at = turn - 1
+                rows.append((row.sid, at, seq + i, role.value, bodies[i], counts[i]))
+            db.executemany(_INSERT, rows)
+            next_seq = seq + len(messages)
+            db.execute(_AFTER_APPEND, (now, next_seq, turn, row.sid))
+            if self.max_messages is not None:
+                self._trim(db, row, next_seq)
+        # The next tail will read these back: let it find them decoded.
+        decoded, n = self._decoded, min(len(bodies), _CACHE_SIZE)
+        if len(decoded) + n > _CACHE_SIZE:
+            decoded.clear()
+        decoded.update(zip(bodies[-n:], messages[-n:], strict=True))
+
+    def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
+        check_session_id(session_id)
+        with self._read("read a tail") as db:
+            row = self._live(db, session_id)
+            if row is not None:
+                total_turns = row.next_turn - row.first_turn
+                n = total_turns if turns is None else max(0, min(turns, total_turns))
+                system_rows = db.execute(_SYSTEM_ROWS, (row.sid,)).fetchall()
+                rows = db.execute(TAIL_QUERY, (row.sid, row.next_turn - n)).fetchall() if n else []
+        if row is None:
+            return EMPTY_TAIL
+        decode = self._decode
+        messages = [decode(body, session_id) for _, body, _ in rows]
+        offsets: list[int] = []
+        previous = SYSTEM_TURN
+        for i, (turn, _, _) in enumerate(rows):
+            if turn != previous:
+                offsets.append(i)
+                previous = turn
+        tokens: Sequence[int | None] = ()
+        system_tokens: Sequence[int | None] = ()
+        if counter is not None:
+            count = self._count
+            tokens = [count(t, counter, session_id) for _, _, t in rows]
+            system_tokens = [count(t, counter, session_id) for _, t in system_rows]
+        return Tail(
+            tuple(decode(body, session_id) for body, _ in system_rows),
+            messages,
+            offsets,
+            total_turns,
+            row.next_seq - row.first_seq + row.system_trimmed,
+            tokens,
+            system_tokens,
+        )
+
+    def history(self, session_id: str) -> list[Message]:
+        check_session_id(session_id)
+        with self._read("read a history") as db:
+            row = self._live(db, session_id)
+            rows = db.execute(_ALL_ROWS, (row.sid,)).fetchall() if row is not None else []
+        if row is None:
+            return []
+        # System messages come first in key order; put them back in place by position.
+        split = 0
+        while split < len(rows) and rows[split][0] == SYSTEM_TURN:
+            split += 1
+        ordered = heapq.merge(rows[:split], rows[split:], key=lambda r: r[1])
+        # A whole session would flush the cache of the tails that memories read again.
+        return [self._decode(body, session_id, remember=False) for _, _, body in ordered]
+
+    def get_metadata(self, session_id: str) -> dict[str, Any]:
+        check_session_id(session_id)
+        with self._read("read metadata") as db:
+            row = self._live(db, session_id)
+            if row is not None:
+                return self._metadata(db.execute(_METADATA, (row.sid,)).fetchone()[0], session_id)
+        return {}
+
+    def _metadata(self, text: str, session_id: str) -> dict[str, Any]:
+        try:
+            metadata = json.loads(text)
+            if not isinstance(metadata, dict):
+                raise TypeError(f"expected a JSON object, got {text[:60]!r}")
+        except (ValueError, TypeError) as exc:
+            raise CorruptDataError(
+                f"SQLite store {self.path!r}: the metadata of session {session_id!r} cannot "
+                f"be decoded: {exc}"
+            ) from exc
+        return metadata
+
+    def update_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
+        copied = metadata_copy(values)
+        check_session_id(session_id)
+        with self._write("update metadata") as db:
+            now = self._clock()
+            row = self._writable(db, session_id, now)
+            metadata = self._metadata(db.execute(_METADATA, (row.sid,)).fetchone()[0], session_id)
+            for key, value in copied.items():
+                if value is None:
+                    metadata.pop(key, None)
+                else:
+                    metadata[key] = value
+            text = json.dumps(metadata, ensure_ascii=False, separators=(",", ":"))
+            db.execute(_SET_METADATA, (text, now, row.sid))
+
+    def list_sessions(self) -> list[SessionInfo]:
+        ttl = self.ttl
+        with self._read("list sessions") as db:
+            rows = db.execute(_LIST, (ttl, ttl, self._clock())).fetchall()
+        return [
+            SessionInfo(
+                session_id,
+                messages,
+                turns,
+                created_at,
+                updated_at,
+                None if ttl is None else updated_at + ttl,
+            )
+            for session_id, messages, turns, created_at, updated_at in rows
+        ]
+
+    def delete_session(self, session_id: str) -> bool:
+        check_session_id(session_id)
+        with self._write("delete a session") as db:
+            row = self._session(db, session_id)
+            if row is None:
+                return False
+            db.execute(_DROP_MESSAGES, (row.sid,))
+            db.execute(_DROP_SESSION, (row.sid,))
+            return not self._expired(row, self._clock())
+
+    def clear(self) -> None:
+        with self._write("clear") as db:
+            db.execute("DELETE FROM messages")
+            db.execute("DELETE FROM sessions")
+
+    def purge_expired(self) -> int:
+        if self.ttl is None:
+            return 0
+        with self._write("purge expired sessions") as db:
+            sids = db.execute(_EXPIRED, (self.ttl, self._clock())).fetchall()
+            for sid in sids:
+                db.execute(_DROP_MESSAGES, sid)
+                db.execute(_DROP_SESSION, sid)
+            return len(sids)
+
+
+def _encode_counts(given: TokenCounts, n: int) -> list[str | None]:
+    """Each message's counts as a JSON object (``None`` when the batch has none)."""
+    if not given:
+        return [None] * n
+    try:
+        if len(given) == 1:
+            # The common case, one counter: format the objects directly rather than via dumps.
+            ((name, counts),) = given.items()
+            key = json.dumps(name, ensure_ascii=False)
+            return [
+                f"{{{key}:{c}}}" if type(c) is int else json.dumps({name: c}, allow_nan=False)
+                for c in counts
+            ]
+        items = list(given.items())
+        return [
+            json.dumps({name: counts[i] for name, counts in items}, allow_nan=False)
+            for i in range(n)
+        ]
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"token counts must be integers: {exc}") from exc
+
+
+class AsyncSQLiteStore:
+    """The async protocol over a SQLite file, never blocking the event loop.
+
+    Each store owns one worker thread that runs every sqlite3 call (through a
+    :class:`SQLiteStore`, so the SQL is the same), and the connection never leaves it. The
+    file is opened by the first call, in that thread: errors about the file (see
+    :class:`SQLiteStore`) come from the first ``await``, while bad options raise here.
+    Close with ``await store.aclose()`` or ``async with``.
+
+    It has no sync methods on purpose: a memory over it uses its async methods natively, and
+    its sync methods say to use the async ones.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ttl: float | None = None,
+        max_messages: int | None = None,
+        clock: Callable[[], float] = time.time,
+        timeout: float = 30.0,
+    ) -> None:
+        check_retention(ttl, max_messages)
+        self.path = _check_path(path)
+        self.ttl = ttl
+        self.max_messages = max_messages
+        self.timeout = _check_timeout(timeout)
+        self._clock = clock
+        self._store: SQLiteStore | None = None
+        self._closed = False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zerda-sqlite")
+
+    def __repr__(self) -> str:
+        return f"AsyncSQLiteStore({self.path!r})"
+
+    def _opened(self) -> SQLiteStore:
+        """The sync store, opened on first use (runs in the worker thread)."""
+        if self._store is None:
+            self._store = SQLiteStore(
+                self.path,
+                ttl=self.ttl,
+                max_messages=self.max_messages,
+                clock=self._clock,
+                timeout=self.timeout,
+            )
+        return self._store
+
+    async def _run(self, call: Callable[[SQLiteStore], _T]) -> _T:
+        if self._closed:
+            raise StoreUnavailableError(f"SQLite store {self.path!r} is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: call(self._opened()))
+
+    async def aschema_version(self) -> int:
+        """How many schema migrations the file has had (opens it if needed)."""
+        return await self._run(lambda s: s.schema_version)
+
+    async def aappend(
+        self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
+    ) -> None:
+        await self._run(lambda s: s.append(session_id, messages, tokens))
+
+    async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
+        return await self._run(lambda s: s.tail(session_id, turns, counter))
+
+    async def ahistory(self, session_id: str) -> list[Message]:
+        return await self._run(lambda s: s.history(session_id))
+
+    async def aget_metadata(self, session_id: str) -> dict[str, Any]:
+        return await self._run(lambda s: s.get_metadata(session_id))
+
+    async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
+        await self._run(lambda s: s.update_metadata(session_id, values))
+
+    async def alist_sessions(self) -> list[SessionInfo]:
+        return await self._run(lambda s: s.list_sessions())
+
+    async def adelete_session(self, session_id: str) -> bool:
+        return await self._run(lambda s: s.delete_session(session_id))
+
+    async def aclear(self) -> None:
+        await self._run(lambda s: s.clear())
+
+    async def apurge_expired(self) -> int:
+        return await self._run(lambda s: s.purge_expired())
+
+    async def aclose(self) -> None:
+        """Close the file and stop the worker thread; later calls raise. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        try:
+            # Queued behind any call still running, which may be the one opening the file.
+            await loop.run_in_executor(self._executor, self._close_opened)
+        finally:
+            self._executor.shutdown(wait=False)
+
+    def _close_opened(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    async def __aenter__(self) -> AsyncSQLiteStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

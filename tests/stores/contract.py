@@ -1,0 +1,1219 @@
+"""The store contract suite: one set of tests every backend passes (DESIGN.md §5).
+
+A backend opts in by subclassing ``StoreContract`` (sync ``Store``) and/or
+``AsyncStoreContract`` (``AsyncStore``) in a module of ``tests/stores/`` whose class name starts
+with ``Test``, and saying how to make a fresh store::
+
+    from stores.contract import AsyncStoreContract, StoreContract
+    from zerda.stores import SQLiteStore
+
+
+    class TestSQLiteStore(StoreContract):
+        supports_processes = True  # optional: run the shared-data and 4-process tests
+
+        def make_store(self, **options):
+            # options: ttl=, max_messages=, clock= (a FakeClock); pass them all through.
+            # Each call must return a fresh, empty store: fresh_path() gives a new file.
+            return SQLiteStore(self.fresh_path(".db"), **options)
+
+        def reopen_recipe(self, store):
+            # Optional: how to open another store over the same data (in this process, or in
+            # a spawned one): an importable "module:Class" and picklable keyword arguments,
+            # without clock= (the suite adds it in-process; children use the real clock).
+            return "zerda.stores:SQLiteStore", {"path": str(store.path)}
+
+
+    class TestAsyncSQLiteStore(AsyncStoreContract):
+        ...  # the same two methods, with AsyncSQLiteStore
+
+``make_store`` may also be ``async def`` in an ``AsyncStoreContract`` subclass; its store is
+then made inside the test's event loop. Inside a test, ``self.tmp_path`` is pytest's
+``tmp_path`` and ``self.clock`` the fake clock. Stores are closed (``close`` / ``aclose``) when
+the test ends.
+
+Capabilities (class attributes / methods, all optional):
+
+- ``reopen_recipe(store)`` returning a recipe: the suite checks that a second store over the
+  same data sees everything (messages, token counts, metadata, session times).
+- ``supports_processes = True`` (needs ``reopen_recipe``): two stores over the same data see
+  each other's writes, and 4 spawned processes x 500 batch appends to one session lose
+  nothing and never interleave.
+
+Every expectation here is computed by the small models below (``turns_of``, ``model_tail``,
+``model_retention``), written from the contract, not from a backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import itertools
+import multiprocessing
+import string
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import pytest
+
+from zerda.errors import ConfigurationError, InvalidSessionIdError
+from zerda.memory import ConversationBufferMemory
+from zerda.messages import Message, Role, ToolCall
+from zerda.stores import AsyncStore, SessionInfo, Store, Tail
+
+__all__ = ["AsyncStoreContract", "FakeClock", "StoreContract"]
+
+T = TypeVar("T")
+Recipe = tuple[str, dict[str, Any]]
+
+T0 = 1_700_000_000.125  # a binary fraction: stored times must keep it exactly
+
+
+class FakeClock:
+    """A clock the test moves by hand: ``clock()`` is the time, ``advance(s)`` moves it."""
+
+    def __init__(self, start: float = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+# -- messages and the models of what a store must show -----------------------------------------
+
+_stamps = itertools.count()
+
+
+def msg(role: str, content: str | None, **extra: Any) -> Message:
+    """A message with a distinct ``created_at`` (stores must give it back exactly)."""
+    extra.setdefault("created_at", 1_600_000_000.0 + next(_stamps) / 10)
+    return Message(Role(role), content, **extra)
+
+
+def user(text: str, **extra: Any) -> Message:
+    return msg("user", text, **extra)
+
+
+def assistant(text: str | None, **extra: Any) -> Message:
+    return msg("assistant", text, **extra)
+
+
+def system(text: str, **extra: Any) -> Message:
+    return msg("system", text, **extra)
+
+
+def tool(text: str, call_id: str) -> Message:
+    return msg("tool", text, tool_call_id=call_id)
+
+
+@dataclass
+class Entry:
+    """A message as appended, with the counts given for it (counter name -> count)."""
+
+    message: Message
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def entries(batch: Sequence[Message], tokens: Mapping[str, Sequence[int]] | None) -> list[Entry]:
+    return [
+        Entry(m, {name: counts[i] for name, counts in (tokens or {}).items()})
+        for i, m in enumerate(batch)
+    ]
+
+
+def turns_of(log: Sequence[Entry]) -> list[list[Entry]]:
+    """The turns of a log: a new one at each user message, and at the first non-system
+    message if the log does not open with a user message; system messages belong to none."""
+    turns: list[list[Entry]] = []
+    for e in log:
+        if e.message.role is Role.SYSTEM:
+            continue
+        if e.message.role is Role.USER or not turns:
+            turns.append([])
+        turns[-1].append(e)
+    return turns
+
+
+@dataclass
+class ExpectedTail:
+    system: list[Message]
+    messages: list[Message]
+    turn_starts: list[int]
+    total_turns: int
+    total_messages: int
+    tokens: list[int | None]
+    system_tokens: list[int | None]
+
+
+def model_tail(log: Sequence[Entry], turns: int | None, counter: str | None) -> ExpectedTail:
+    """What ``tail(turns, counter)`` must return for a session whose history is ``log``."""
+    all_turns = turns_of(log)
+    n = len(all_turns) if turns is None else min(turns, len(all_turns))
+    picked = all_turns[len(all_turns) - n :]
+    flat = [e for t in picked for e in t]
+    starts = list(itertools.accumulate([0] + [len(t) for t in picked[:-1]])) if picked else []
+    systems = [e for e in log if e.message.role is Role.SYSTEM]
+    return ExpectedTail(
+        system=[e.message for e in systems],
+        messages=[e.message for e in flat],
+        turn_starts=starts,
+        total_turns=len(all_turns),
+        total_messages=len(log),
+        tokens=[e.counts.get(counter) for e in flat] if counter is not None else [],
+        system_tokens=[e.counts.get(counter) for e in systems] if counter is not None else [],
+    )
+
+
+def model_retention(log: Sequence[Entry], keep: int) -> list[Entry]:
+    """The history after keeping at least the last ``keep`` messages by whole turns: the log
+    from the newest turn start that leaves ``keep`` or more messages, preceded by every system
+    message from before that point (pinned, so never dropped)."""
+    starts, seen = [], False
+    for i, e in enumerate(log):
+        if e.message.role is Role.USER or (not seen and e.message.role is not Role.SYSTEM):
+            starts.append(i)
+        seen = seen or e.message.role is not Role.SYSTEM
+    fitting = [s for s in starts if len(log) - s >= keep]
+    cut = max(fitting, default=0)
+    return [e for e in log[:cut] if e.message.role is Role.SYSTEM] + list(log[cut:])
+
+
+def assert_tail(tail: Tail, expected: ExpectedTail) -> None:
+    """Compare field by field, so a failure says which part of the tail is wrong."""
+    assert list(tail.system) == expected.system, "system"
+    assert list(tail.messages) == expected.messages, "messages"
+    assert list(tail.turn_starts) == expected.turn_starts, "turn_starts"
+    assert tail.total_turns == expected.total_turns, "total_turns"
+    assert tail.total_messages == expected.total_messages, "total_messages"
+    assert list(tail.tokens) == expected.tokens, "tokens"
+    assert list(tail.system_tokens) == expected.system_tokens, "system_tokens"
+    assert all(m.role is not Role.SYSTEM for m in tail.messages)
+    assert tail.complete == (len(expected.turn_starts) == expected.total_turns)
+
+
+def assert_empty(tail: Tail) -> None:
+    assert list(tail.system) == []
+    assert list(tail.messages) == []
+    assert list(tail.turn_starts) == []
+    assert (tail.total_turns, tail.total_messages) == (0, 0)
+    assert list(tail.tokens) == []
+    assert list(tail.system_tokens) == []
+
+
+# A conversation with every shape a tail must handle: an opening greeting (a turn without a
+# user message), a tool-call turn with two results, system messages at the start, inside a
+# turn and at the end, an empty user message, and a turn that is a lone user message.
+S0 = system("You are terse.")
+GREET = assistant("Hello! How can I help?")
+U1 = user("Weather and time in Paris?")
+CALLS = assistant(
+    None,
+    tool_calls=(
+        ToolCall("call_1", "get_weather", '{"city": "Paris"}'),
+        ToolCall("call_2", "get_time", '{"tz": "Europe/Paris"}'),
+    ),
+)
+R1 = tool("18°C", "call_1")
+R2 = tool("14:00", "call_2")
+A1 = assistant("18°C at 14:00.")
+U2 = user("Thanks")
+S1 = system("Be polite.")
+A2 = assistant("You're welcome.")
+U3 = user("")
+U4 = user("Again?")
+A4 = assistant("Yes.", name="bot")
+S2 = system("The session ends soon.")
+
+RICH_BATCHES: list[tuple[list[Message], dict[str, list[int]] | None]] = [
+    ([S0], {"x": [7]}),
+    ([GREET], {"x": [11], "y": [12]}),
+    ([U1, CALLS], {"x": [21, 22]}),
+    ([R1, R2, A1], None),
+    ([U2, S1, A2], {"x": [31, 32, 33], "y": [34, 35, 36]}),
+    ([U3], {"y": [41]}),
+    ([U4, A4, S2], {"x": [51, 52, 53]}),
+]
+RICH_TURNS = 5
+RICH_LOG_MESSAGES = [m for batch, _ in RICH_BATCHES for m in batch]
+
+
+# -- concurrent writers: tagged batches, and a check that they arrived whole and in order -------
+
+
+def tagged_batch(writer: int, batch: int, size: int) -> list[Message]:
+    """One turn of ``size`` messages tagged ``writer:batch:index/size``."""
+    return [
+        Message(Role.USER if i == 0 else Role.ASSISTANT, f"{writer}:{batch}:{i}/{size}")
+        for i in range(size)
+    ]
+
+
+def tag_count(writer: int, batch: int, index: int) -> int:
+    """The token count stored with a tagged message: its tag as a number."""
+    return writer * 1_000_000 + batch * 10 + index
+
+
+def tagged_tokens(writer: int, batch: int, size: int) -> dict[str, list[int]]:
+    return {"tag": [tag_count(writer, batch, i) for i in range(size)]}
+
+
+def thread_batch_size(batch: int) -> int:
+    return 1 + batch % 3
+
+
+def _parse(m: Message) -> tuple[int, int, int, int]:
+    head, _, size = (m.content or "").partition("/")
+    writer, batch, index = head.split(":")
+    return int(writer), int(batch), int(index), int(size)
+
+
+def check_batches(
+    history: Sequence[Message], writers: int, batches: int, tokens: Sequence[int | None]
+) -> None:
+    """Every batch of every writer is in ``history`` exactly once, its messages contiguous and
+    in order, each writer's batches in the order written, each message with its own count."""
+    seen: dict[int, list[int]] = {w: [] for w in range(writers)}
+    i = 0
+    while i < len(history):
+        writer, batch, index, size = _parse(history[i])
+        assert index == 0, f"message {i} ({history[i].content}) does not start a batch"
+        for j in range(size):
+            assert _parse(history[i + j]) == (writer, batch, j, size), (
+                f"batch {writer}:{batch} interleaved at message {i + j}: {history[i + j].content}"
+            )
+        seen[writer].append(batch)
+        i += size
+    for writer, order in seen.items():
+        assert order == list(range(batches)), f"writer {writer}: batches lost or out of order"
+    assert list(tokens) == [tag_count(*_parse(m)[:3]) for m in history], "token counts moved"
+
+
+def check_whole_turns(tail: Tail) -> str | None:
+    """Why a tail read during concurrent writes is torn (``None``: it is whole)."""
+    starts = [*tail.turn_starts, len(tail.messages)]
+    for begin, end in itertools.pairwise(starts):
+        turn = [_parse(m) for m in tail.messages[begin:end]]
+        size = turn[0][3]
+        if len(turn) != size or [t[2] for t in turn] != list(range(size)):
+            return f"torn turn in a tail read: {[m.content for m in tail.messages[begin:end]]}"
+    return None
+
+
+def _load(target: str) -> Any:
+    module, _, qualname = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def process_writer(
+    recipe: Recipe,
+    use_async: bool,
+    writer: int,
+    batches: int,
+    size: int,
+    session_id: str,
+    barrier: Any,
+) -> None:
+    """The body of one writer process (module level, so a spawned process can import it)."""
+    target, kwargs = recipe
+    factory = _load(target)
+
+    if use_async:
+
+        async def main() -> None:
+            store = factory(**kwargs)
+            barrier.wait(60)  # blocking is fine: nothing else runs in this process
+            for b in range(batches):
+                batch, tokens = tagged_batch(writer, b, size), tagged_tokens(writer, b, size)
+                await store.aappend(session_id, batch, tokens)
+            await store.aclose()
+
+        asyncio.run(main())
+        return
+    store = factory(**kwargs)
+    barrier.wait(60)
+    for b in range(batches):
+        store.append(session_id, tagged_batch(writer, b, size), tagged_tokens(writer, b, size))
+    store.close()
+
+
+# -- running one body of tests over the sync or the async protocol -------------------------------
+
+
+class AsyncDriver:
+    """The sync face of an AsyncStore: each call runs its ``a``-twin on the test's loop."""
+
+    def __init__(self, store: AsyncStore, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
+        self._loop = loop
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(coro)
+
+    def append(self, session_id: str, messages: Sequence[Message], tokens: Any = None) -> None:
+        self._run(self.store.aappend(session_id, messages, tokens))
+
+    def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
+        return self._run(self.store.atail(session_id, turns, counter))
+
+    def history(self, session_id: str) -> list[Message]:
+        return self._run(self.store.ahistory(session_id))
+
+    def get_metadata(self, session_id: str) -> dict[str, Any]:
+        return self._run(self.store.aget_metadata(session_id))
+
+    def update_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
+        self._run(self.store.aupdate_metadata(session_id, values))
+
+    def list_sessions(self) -> list[SessionInfo]:
+        return self._run(self.store.alist_sessions())
+
+    def delete_session(self, session_id: str) -> bool:
+        return self._run(self.store.adelete_session(session_id))
+
+    def clear(self) -> None:
+        self._run(self.store.aclear())
+
+    def purge_expired(self) -> int:
+        return self._run(self.store.apurge_expired())
+
+
+INVALID_IDS: list[object] = [
+    "",
+    "x" * 201,
+    "a b",
+    "a'b",
+    'a"b',
+    "'; DROP TABLE x; --",
+    "../../etc",
+    "a/b",
+    "{tag}",
+    "user:*",
+    "a\nb",
+    "a\x00b",
+    "café",
+    123,
+    None,
+    b"abc",
+    ["a"],
+]
+VALID_IDS = [
+    string.ascii_letters + string.digits + "_.:@+=-",
+    "x" * 200,
+    "a",
+    "tenant:user@example.com",
+]
+
+
+class _Contract:
+    """The tests both protocols share, written against ``self.open()`` (a sync face)."""
+
+    supports_processes: ClassVar[bool] = False
+    # The multi-process run: writers x batches of 3 messages to one session. A backend whose
+    # every write costs a whole-file rewrite may lower these (the issue asks 4 x 500 of SQLite).
+    process_writers: ClassVar[int] = 4
+    process_batches: ClassVar[int] = 500
+    use_async: ClassVar[bool] = False
+
+    tmp_path: Path
+    clock: FakeClock
+
+    # -- what a backend provides --------------------------------------------------------------
+
+    def make_store(
+        self, *, ttl: float | None, max_messages: int | None, clock: Callable[[], float]
+    ) -> Any:
+        """A fresh, empty store with these options (may be ``async def`` for async stores)."""
+        raise NotImplementedError(f"{type(self).__name__} must define make_store(**options)")
+
+    def reopen_recipe(self, store: Any) -> Recipe | None:
+        """``("module:Class", kwargs)`` opening another store over ``store``'s data."""
+        return None
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    @pytest.fixture(autouse=True)
+    def _contract_env(self, tmp_path: Path) -> Iterator[None]:
+        self.tmp_path = tmp_path
+        self.clock = FakeClock()
+        self._paths = itertools.count()
+        self._stores: list[Any] = []
+        self._loop = asyncio.new_event_loop()
+        try:
+            yield
+        finally:
+            try:
+                for store in reversed(self._stores):
+                    if self.use_async:
+                        self._loop.run_until_complete(store.aclose())
+                    else:
+                        store.close()
+            finally:
+                self._loop.close()
+
+    def fresh_path(self, suffix: str = "") -> Path:
+        """A path under ``tmp_path`` that no other store of this test uses."""
+        return self.tmp_path / f"store{next(self._paths)}{suffix}"
+
+    def open_raw(self, *, ttl: float | None = None, max_messages: int | None = None) -> Any:
+        """A fresh store from the backend (closed when the test ends)."""
+        store = self.make_store(ttl=ttl, max_messages=max_messages, clock=self.clock)
+        if inspect.isawaitable(store):
+            store = self._loop.run_until_complete(store)
+        self._stores.append(store)
+        return store
+
+    def drive(self, store: Any) -> Any:
+        """The sync face the shared tests use: the store, or its async twins run on a loop."""
+        if self.use_async:
+            assert isinstance(store, AsyncStore), f"{store!r} does not implement AsyncStore"
+            return AsyncDriver(store, self._loop)
+        assert isinstance(store, Store), f"{store!r} does not implement Store"
+        return store
+
+    def open(self, *, ttl: float | None = None, max_messages: int | None = None) -> Any:
+        return self.drive(self.open_raw(ttl=ttl, max_messages=max_messages))
+
+    @staticmethod
+    def raw(s: Any) -> Any:
+        """The store behind a sync face."""
+        return s.store if isinstance(s, AsyncDriver) else s
+
+    def reopen(self, store: Any) -> Any:
+        """A second store over ``store``'s data, from the backend's recipe, made here."""
+        recipe = self.reopen_recipe(store)
+        if recipe is None:
+            pytest.skip(f"{type(self).__name__} has no reopen_recipe: its data is not shared")
+        target, kwargs = recipe
+        other = _load(target)(**{**kwargs, "clock": self.clock})
+        if inspect.isawaitable(other):
+            other = self._loop.run_until_complete(other)
+        self._stores.append(other)
+        return self.drive(other)
+
+    @staticmethod
+    def append_all(
+        s: Any,
+        session_id: str,
+        batches: Sequence[tuple[Sequence[Message], Mapping[str, Sequence[int]] | None]],
+    ) -> list[Entry]:
+        log: list[Entry] = []
+        for batch, tokens in batches:
+            s.append(session_id, batch, tokens)
+            log += entries(batch, tokens)
+        return log
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("ttl", [0, -1, True, "10"])
+    def test_bad_ttl_is_refused(self, ttl: Any) -> None:
+        with pytest.raises(ConfigurationError):
+            self.open(ttl=ttl)
+
+    @pytest.mark.parametrize("max_messages", [0, -1, 1.5, True, "10"])
+    def test_bad_max_messages_is_refused(self, max_messages: Any) -> None:
+        with pytest.raises(ConfigurationError):
+            self.open(max_messages=max_messages)
+
+    # -- order, atomicity, isolation ------------------------------------------------------------
+
+    def test_missing_session_reads_as_empty(self) -> None:
+        s = self.open()
+        assert_empty(s.tail("nobody", None))
+        assert_empty(s.tail("nobody", 3, "x"))
+        assert s.history("nobody") == []
+        assert s.get_metadata("nobody") == {}
+        assert s.list_sessions() == []
+        assert s.delete_session("nobody") is False
+        assert s.purge_expired() == 0
+        assert s.list_sessions() == [], "reads must not create a session"
+
+    def test_order_kept_across_batches(self) -> None:
+        s = self.open()
+        sent: list[Message] = []
+        for b in range(30):
+            batch = [user(f"q{b}")] + [assistant(f"a{b}.{i}") for i in range(b % 4)]
+            s.append("s", batch)
+            sent += batch
+        assert s.history("s") == sent
+        assert list(s.tail("s", None).messages) == sent
+
+    def test_empty_batch_adds_nothing(self) -> None:
+        s = self.open()
+        s.append("s", [U1], {"x": [1]})
+        s.append("s", [], {"x": []})
+        s.append("s", [])
+        assert s.history("s") == [U1]
+        assert list(s.tail("s", None, "x").tokens) == [1]
+
+    @pytest.mark.parametrize(
+        ("batch", "tokens"),
+        [
+            pytest.param([U2, A2, {"role": "user", "content": "a dict"}], None, id="dict-item"),
+            pytest.param([U2, A2, "just text"], None, id="str-item"),
+            pytest.param([U2, A2, None], None, id="none-item"),
+            pytest.param([U2, A2, A4], {"x": [1, 2]}, id="too-few-counts"),
+            pytest.param([U2, A2, A4], {"x": [1, 2, 3, 4]}, id="too-many-counts"),
+            pytest.param([U2, A2, A4], {"x": [1, 2, 3], "y": [1]}, id="one-counter-short"),
+        ],
+    )
+    def test_bad_batch_stores_nothing(self, batch: list[Any], tokens: Any) -> None:
+        # The bad element comes last, so a backend that writes as it goes would be caught.
+        s = self.open()
+        s.append("s", [U1, A1], {"x": [1, 2]})
+        s.update_metadata("s", {"k": 1})
+        self.clock.advance(5)
+        before = (s.history("s"), s.list_sessions(), s.tail("s", None, "x"), s.get_metadata("s"))
+        for session_id in ("s", "fresh"):
+            with pytest.raises(ConfigurationError):
+                s.append(session_id, batch, tokens)
+        after = (s.history("s"), s.list_sessions(), s.tail("s", None, "x"), s.get_metadata("s"))
+        assert after == before, "a refused batch changed the store"
+        assert s.history("fresh") == []
+        assert [i.session_id for i in s.list_sessions()] == ["s"]
+
+    def test_sessions_are_isolated(self) -> None:
+        s = self.open()
+        a = [user("a1"), assistant("a2")]
+        b = [system("b0"), user("b1")]
+        s.append("a", a[:1], {"x": [1]})
+        s.append("b", b[:1], {"x": [2]})
+        s.append("a", a[1:], {"x": [3]})
+        s.append("b", b[1:], {"x": [4]})
+        s.update_metadata("a", {"who": "a"})
+        s.update_metadata("b", {"who": "b"})
+        assert s.history("a") == a
+        assert s.history("b") == b
+        assert list(s.tail("a", None, "x").tokens) == [1, 3]
+        assert list(s.tail("b", None, "x").system_tokens) == [2]
+        assert list(s.tail("b", None, "x").tokens) == [4]
+        assert list(s.tail("a", None).system) == []
+        assert s.get_metadata("a") == {"who": "a"}
+        assert s.delete_session("a") is True
+        assert s.history("a") == []
+        assert s.history("b") == b
+        assert s.get_metadata("b") == {"who": "b"}
+        # Prefixes and near-names are other sessions too.
+        s.append("b.1", [user("other")])
+        assert s.history("b") == b
+
+    # -- tails ------------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("turns", [None, 0, 1, 2, 3, RICH_TURNS, RICH_TURNS + 5])
+    def test_tail_of_rich_conversation(self, turns: int | None) -> None:
+        s = self.open()
+        log = self.append_all(s, "s", RICH_BATCHES)
+        for counter in (None, "x", "y", "never-used"):
+            assert_tail(s.tail("s", turns, counter), model_tail(log, turns, counter))
+
+    def test_tail_shapes_spelled_out(self) -> None:
+        # The model above, checked once against the conversation written out by hand.
+        s = self.open()
+        self.append_all(s, "s", RICH_BATCHES)
+        tail = s.tail("s", 2, "x")
+        assert list(tail.system) == [S0, S1, S2]
+        assert list(tail.messages) == [U3, U4, A4]
+        assert list(tail.turn_starts) == [0, 1]
+        assert list(tail.tokens) == [None, 51, 52]
+        assert list(tail.system_tokens) == [7, 32, 53]
+        tail = s.tail("s", 4)
+        assert list(tail.messages) == [U1, CALLS, R1, R2, A1, U2, A2, U3, U4, A4]
+        assert list(tail.turn_starts) == [0, 5, 7, 8]
+        assert (tail.total_turns, tail.total_messages) == (5, 14)
+        assert not tail.complete
+        tail = s.tail("s", None)
+        assert list(tail.messages[:2]) == [GREET, U1]
+        assert list(tail.turn_starts) == [0, 1, 6, 8, 9]
+        assert tail.complete
+
+    def test_opening_greeting_is_a_turn_across_batches(self) -> None:
+        s = self.open()
+        hello, more, q, a = assistant("Hi!"), assistant("Ask me."), user("q"), assistant("a")
+        s.append("s", [S0])
+        s.append("s", [hello])
+        s.append("s", [more])  # continues the greeting turn: it is not a user message
+        s.append("s", [q, a])
+        tail = s.tail("s", None)
+        assert list(tail.messages) == [hello, more, q, a]
+        assert list(tail.turn_starts) == [0, 2]
+        assert tail.total_turns == 2
+        assert list(s.tail("s", 1).messages) == [q, a]
+
+    def test_session_of_system_messages_only(self) -> None:
+        s = self.open()
+        s.append("s", [S0, S1], {"x": [1, 2]})
+        tail = s.tail("s", None, "x")
+        assert list(tail.system) == [S0, S1]
+        assert list(tail.messages) == []
+        assert (tail.total_turns, tail.total_messages) == (0, 2)
+        assert list(tail.system_tokens) == [1, 2]
+        assert tail.complete
+
+    def test_totals_follow_appends(self) -> None:
+        s = self.open()
+        log: list[Entry] = []
+        for batch, tokens in RICH_BATCHES:
+            s.append("s", batch, tokens)
+            log += entries(batch, tokens)
+            expected = model_tail(log, 1, None)
+            tail = s.tail("s", 1)
+            assert (tail.total_turns, tail.total_messages) == (
+                expected.total_turns,
+                expected.total_messages,
+            )
+            assert tail.total_messages == len(s.history("s"))
+
+    def test_long_session_tail(self) -> None:
+        s = self.open()
+        log: list[Entry] = []
+        for t in range(300):
+            batch = [user(f"q{t}"), assistant(f"a{t}")]
+            if t % 50 == 0:
+                batch.insert(1, system(f"note {t}"))
+            tokens = {"x": [t * 10 + i for i in range(len(batch))]}
+            s.append("s", batch, tokens)
+            log += entries(batch, tokens)
+        for turns in (1, 7, 299, 300, None):
+            assert_tail(s.tail("s", turns, "x"), model_tail(log, turns, "x"))
+
+    # -- what is stored comes back --------------------------------------------------------------
+
+    def test_history_round_trip(self) -> None:
+        s = self.open()
+        odd = [
+            user("quotes ' \" ` and \\ backslash; -- not SQL", name="alice"),
+            assistant("unicode: 🦊 ünïcödé 中文 עברית\nnew line\ttab \x00 nul"),
+            assistant(
+                "",
+                tool_calls=(ToolCall("c1", "search", '{"q": "x", "n": [1, 2]}'),),
+                metadata={"model": "gpt", "nested": {"a": [1, 2.5, None, True]}, "": ""},
+            ),
+            tool('{"result": "ok"}', "c1"),
+            Message(Role.ASSISTANT, "no created_at"),
+            msg("user", "precise", created_at=1_700_000_000.1234567),
+            msg("user", "integral", created_at=0),
+            system("pinned", metadata={"source": "config"}),
+        ]
+        sent = [*RICH_LOG_MESSAGES, *odd]
+        s.append("s", sent[:5])
+        s.append("s", sent[5:])
+        got = s.history("s")
+        assert got == sent
+        for a, b in zip(got, sent, strict=True):
+            assert dict(a.metadata) == dict(b.metadata)
+            assert a.created_at == b.created_at
+            assert a.tool_calls == b.tool_calls
+
+    def test_token_counts_round_trip(self) -> None:
+        s = self.open()
+        log = self.append_all(
+            s,
+            "s",
+            [
+                ([S0, U1], {"a": [5, 6], "b": [50, 60]}),
+                ([CALLS, R1, R2, A1], {"a": [7, 8, 9, 10]}),
+                ([U2, S1, A2], None),
+                ([U3, S2], {"b": [0, 2**40]}),  # zero and large counts too
+            ],
+        )
+        for counter in ("a", "b", "c"):
+            for turns in (None, 1, 2):
+                assert_tail(s.tail("s", turns, counter), model_tail(log, turns, counter))
+        tail = s.tail("s", None, "b")
+        assert list(tail.tokens) == [60, None, None, None, None, None, None, 0]
+        assert list(tail.system_tokens) == [50, None, 2**40]
+
+    def test_no_counter_gives_no_counts(self) -> None:
+        s = self.open()
+        s.append("s", [S0, U1, A1], {"a": [1, 2, 3]})
+        tail = s.tail("s", None)
+        assert len(tail.tokens) == 0
+        assert len(tail.system_tokens) == 0
+
+    def test_reads_are_copies(self) -> None:
+        s = self.open()
+        s.append("s", [S0, U1, A1], {"a": [1, 2, 3]})
+        s.update_metadata("s", {"nested": {"list": [1]}})
+        history = s.history("s")
+        history.clear()
+        metadata = s.get_metadata("s")
+        metadata["nested"]["list"].append(2)
+        metadata["new"] = 1
+        tail = s.tail("s", None, "a")
+        if isinstance(tail.messages, list):
+            tail.messages.clear()
+        if isinstance(tail.tokens, list):
+            tail.tokens.clear()
+        assert s.history("s") == [S0, U1, A1]
+        assert s.get_metadata("s") == {"nested": {"list": [1]}}
+        assert list(s.tail("s", None, "a").tokens) == [2, 3]
+
+    # -- metadata ---------------------------------------------------------------------------------
+
+    def test_metadata_merges_and_none_deletes(self) -> None:
+        s = self.open()
+        assert s.get_metadata("s") == {}
+        s.update_metadata("s", {"summary": "so far", "watermark": 3, "keep": [1, {"a": None}]})
+        s.update_metadata("s", {"watermark": 5, "summary": None, "missing": None})
+        assert s.get_metadata("s") == {"watermark": 5, "keep": [1, {"a": None}]}
+        s.append("s", [U1])
+        assert s.get_metadata("s") == {"watermark": 5, "keep": [1, {"a": None}]}
+
+    def test_metadata_creates_the_session(self) -> None:
+        s = self.open()
+        s.update_metadata("m", {"k": "v"})
+        [info] = s.list_sessions()
+        assert (info.session_id, info.message_count, info.turn_count) == ("m", 0, 0)
+        assert (info.created_at, info.updated_at) == (T0, T0)
+        assert_empty(s.tail("m", None))
+        assert s.history("m") == []
+
+    @pytest.mark.parametrize(
+        "values",
+        [
+            pytest.param({"k": {1, 2}}, id="set"),
+            pytest.param({"k": object()}, id="object"),
+            pytest.param({"k": float("nan")}, id="nan"),
+            pytest.param({"k": float("inf")}, id="inf"),
+            pytest.param({1: "v"}, id="int-key"),
+            pytest.param([("k", "v")], id="list"),
+        ],
+    )
+    def test_metadata_is_json_only(self, values: Any) -> None:
+        s = self.open()
+        s.update_metadata("s", {"kept": True})
+        for session_id in ("s", "fresh"):
+            with pytest.raises(ConfigurationError):
+                s.update_metadata(session_id, values)
+        assert s.get_metadata("s") == {"kept": True}
+        assert [i.session_id for i in s.list_sessions()] == ["s"]
+
+    def test_metadata_is_copied_in(self) -> None:
+        s = self.open()
+        values: dict[str, Any] = {"list": [1]}
+        s.update_metadata("s", values)
+        values["list"].append(2)
+        values["other"] = 1
+        assert s.get_metadata("s") == {"list": [1]}
+
+    # -- listing, deleting, clearing ------------------------------------------------------------
+
+    def test_list_sessions(self) -> None:
+        s = self.open()
+        ids = ["b", "a.b", "A", "0", "a-b", "a", "z:1"]
+        for n, session_id in enumerate(ids):
+            s.append(session_id, [user("q")] + [assistant("a")] * n)
+            self.clock.advance(1)
+        self.clock.advance(0.1)
+        s.append("a", [S0, user("again")])
+        s.update_metadata("b", {"k": 1})
+        listed = s.list_sessions()
+        assert [i.session_id for i in listed] == sorted(ids)
+        by_id = {i.session_id: i for i in listed}
+        for n, session_id in enumerate(ids):
+            info = by_id[session_id]
+            assert info.created_at == T0 + n
+            assert info.expires_at is None
+            if session_id in ("a", "b"):
+                assert info.updated_at == T0 + len(ids) + 0.1
+            else:
+                assert info.updated_at == T0 + n
+        assert (by_id["a"].message_count, by_id["a"].turn_count) == (1 + 5 + 2, 2)
+        assert (by_id["b"].message_count, by_id["b"].turn_count) == (1, 1)
+        assert (by_id["z:1"].message_count, by_id["z:1"].turn_count) == (7, 1)
+
+    def test_delete_session(self) -> None:
+        s = self.open()
+        s.append("s", [U1, A1])
+        s.append("t", [U2])
+        s.update_metadata("s", {"k": 1})
+        assert s.delete_session("s") is True
+        assert s.delete_session("s") is False
+        assert s.history("s") == []
+        assert s.get_metadata("s") == {}
+        assert_empty(s.tail("s", None))
+        assert [i.session_id for i in s.list_sessions()] == ["t"]
+        self.clock.advance(3)
+        s.append("s", [U3])  # starts a new session
+        assert s.history("s") == [U3]
+        info = next(i for i in s.list_sessions() if i.session_id == "s")
+        assert info.created_at == T0 + 3
+
+    def test_clear(self) -> None:
+        s = self.open()
+        for session_id in ("a", "b", "c"):
+            s.append(session_id, [U1])
+            s.update_metadata(session_id, {"k": 1})
+        s.clear()
+        assert s.list_sessions() == []
+        assert s.history("a") == []
+        assert s.get_metadata("b") == {}
+        s.append("a", [U2])  # still usable
+        assert s.history("a") == [U2]
+
+    # -- TTL --------------------------------------------------------------------------------------
+
+    def test_ttl_expired_session_reads_as_absent(self) -> None:
+        s = self.open(ttl=10)
+        s.append("s", [S0, U1], {"x": [1, 2]})
+        s.update_metadata("s", {"k": 1})
+        [info] = s.list_sessions()
+        assert info.expires_at == T0 + 10
+        self.clock.advance(9.5)
+        assert s.history("s") == [S0, U1], "alive before its TTL runs out"
+        self.clock.advance(0.5)  # exactly updated_at + ttl: expired
+        assert s.history("s") == []
+        assert_empty(s.tail("s", None, "x"))
+        assert s.get_metadata("s") == {}
+        assert s.list_sessions() == []
+        assert s.delete_session("s") is False
+
+    def test_ttl_list_omits_expired(self) -> None:
+        s = self.open(ttl=10)
+        s.append("old", [U1])
+        self.clock.advance(5)
+        s.append("new", [U2])
+        self.clock.advance(5)
+        [info] = s.list_sessions()
+        assert (info.session_id, info.created_at, info.expires_at) == ("new", T0 + 5, T0 + 15)
+
+    def test_ttl_purge_expired_counts(self) -> None:
+        s = self.open(ttl=10)
+        s.append("a", [U1])
+        self.clock.advance(5)
+        s.append("b", [U2])
+        s.update_metadata("c", {"only": "metadata"})
+        self.clock.advance(5)
+        assert s.purge_expired() == 1
+        assert [i.session_id for i in s.list_sessions()] == ["b", "c"]
+        self.clock.advance(5)
+        assert s.purge_expired() == 2
+        assert s.purge_expired() == 0
+        assert s.list_sessions() == []
+
+    def test_ttl_write_after_expiry_starts_fresh(self) -> None:
+        s = self.open(ttl=10)
+        s.append("s", [S0, U1, A1], {"x": [1, 2, 3]})
+        s.update_metadata("s", {"k": 1})
+        self.clock.advance(10)
+        s.append("s", [U2], {"x": [4]})
+        assert s.history("s") == [U2]
+        assert_tail(s.tail("s", None, "x"), model_tail(entries([U2], {"x": [4]}), None, "x"))
+        assert s.get_metadata("s") == {}
+        [info] = s.list_sessions()
+        assert (info.created_at, info.updated_at, info.message_count) == (T0 + 10, T0 + 10, 1)
+
+    def test_ttl_metadata_write_after_expiry_starts_fresh(self) -> None:
+        s = self.open(ttl=10)
+        s.append("s", [U1])
+        s.update_metadata("s", {"old": 1})
+        self.clock.advance(12)
+        s.update_metadata("s", {"new": 2})
+        assert s.get_metadata("s") == {"new": 2}
+        assert s.history("s") == []
+
+    def test_ttl_writes_refresh(self) -> None:
+        s = self.open(ttl=10)
+        s.append("s", [U1])
+        self.clock.advance(6)
+        s.append("s", [A1])  # refreshes: now alive until T0 + 16
+        self.clock.advance(6)
+        assert s.history("s") == [U1, A1]
+        s.update_metadata("s", {"k": 1})  # a write too: alive until T0 + 22
+        self.clock.advance(9)
+        [info] = s.list_sessions()
+        assert (info.created_at, info.updated_at, info.expires_at) == (T0, T0 + 12, T0 + 22)
+        assert s.history("s") == [U1, A1]
+        self.clock.advance(1)
+        assert s.history("s") == []
+
+    def test_ttl_reads_do_not_refresh(self) -> None:
+        s = self.open(ttl=10)
+        s.append("s", [U1])
+        for _ in range(3):
+            self.clock.advance(3)
+            s.history("s")
+            s.tail("s", None)
+            s.get_metadata("s")
+            s.list_sessions()
+        self.clock.advance(1)  # T0 + 10
+        assert s.history("s") == []
+
+    # -- retention --------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("keep", [1, 2, 3, 4, 7, 100])
+    def test_retention_keeps_last_messages_by_whole_turns(self, keep: int) -> None:
+        s = self.open(max_messages=keep)
+        full: list[Entry] = []
+        batches = [
+            *RICH_BATCHES,
+            ([user("q5"), assistant("a5"), assistant("a5 bis")], {"x": [61, 62, 63]}),
+            ([system("late"), user("q6")], {"x": [71, 72], "y": [73, 74]}),
+            ([assistant("a6")], None),
+        ]
+        for batch, tokens in batches:
+            s.append("s", batch, tokens)
+            full += entries(batch, tokens)
+            kept = model_retention(full, keep)
+            history = s.history("s")
+            # The properties first, for readable failures; then the exact expectation.
+            systems = [e.message for e in full if e.message.role is Role.SYSTEM]
+            assert [m for m in history if m.role is Role.SYSTEM] == systems, "systems kept"
+            non_system = [m for m in history if m.role is not Role.SYSTEM]
+            full_non_system = [e.message for e in full if e.message.role is not Role.SYSTEM]
+            assert non_system == full_non_system[len(full_non_system) - len(non_system) :]
+            assert history == [e.message for e in kept]
+            assert len(history) >= min(keep, len(full))
+            for counter in ("x", "y", None):
+                for turns in (None, 1, 2):
+                    assert_tail(s.tail("s", turns, counter), model_tail(kept, turns, counter))
+            [info] = s.list_sessions()
+            assert info.message_count == len(history)
+            assert info.turn_count == len(turns_of(kept))
+
+    def test_retention_in_one_big_batch(self) -> None:
+        s = self.open(max_messages=5)
+        full = [e for batch, tokens in RICH_BATCHES for e in entries(batch, tokens)]
+        s.append("s", [e.message for e in full])
+        kept = model_retention(full, 5)
+        assert s.history("s") == [e.message for e in kept]
+        assert s.history("s") == [S0, U2, S1, A2, U3, U4, A4, S2]
+
+    def test_retention_first_turn_larger_than_limit(self) -> None:
+        s = self.open(max_messages=2)
+        turn = [user("q"), *(assistant(f"step {i}") for i in range(5))]
+        s.append("s", turn)
+        assert s.history("s") == turn, "a whole turn is never split"
+        nxt = [user("q2"), assistant("a2")]
+        s.append("s", nxt)
+        assert s.history("s") == nxt
+
+    # -- session ids ------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("session_id", INVALID_IDS)
+    def test_invalid_session_id_is_refused(self, session_id: Any) -> None:
+        s = self.open()
+        s.append("ok", [U1], {"x": [1]})
+        before = s.list_sessions()
+        calls: list[Callable[[], object]] = [
+            lambda: s.append(session_id, [U2]),
+            lambda: s.append(session_id, [U2], {"x": [1]}),
+            lambda: s.tail(session_id, None),
+            lambda: s.tail(session_id, 1, "x"),
+            lambda: s.history(session_id),
+            lambda: s.get_metadata(session_id),
+            lambda: s.update_metadata(session_id, {"k": "v"}),
+            lambda: s.delete_session(session_id),
+        ]
+        for i, call in enumerate(calls):
+            with pytest.raises(InvalidSessionIdError):
+                call()
+            assert s.list_sessions() == before, f"call {i} changed the store"
+        assert s.history("ok") == [U1]
+
+    @pytest.mark.parametrize("session_id", VALID_IDS)
+    def test_valid_session_ids_work(self, session_id: str) -> None:
+        s = self.open()
+        s.append(session_id, [U1, A1], {"x": [1, 2]})
+        s.update_metadata(session_id, {"k": "v"})
+        assert s.history(session_id) == [U1, A1]
+        assert list(s.tail(session_id, 1, "x").tokens) == [1, 2]
+        assert s.get_metadata(session_id) == {"k": "v"}
+        assert [i.session_id for i in s.list_sessions()] == [session_id]
+        assert s.delete_session(session_id) is True
+        assert s.list_sessions() == []
+
+    # -- another store over the same data ----------------------------------------------------------
+
+    def test_reopened_store_sees_everything(self) -> None:
+        s = self.open()
+        log = self.append_all(s, "s", RICH_BATCHES)
+        s.update_metadata("s", {"summary": "so far", "n": [1, 2]})
+        self.clock.advance(2.5)
+        s.append("t", [U1])
+        other = self.reopen(self.raw(s))
+        assert other.history("s") == [e.message for e in log]
+        for counter in ("x", "y"):
+            assert_tail(other.tail("s", None, counter), model_tail(log, None, counter))
+        assert other.get_metadata("s") == {"summary": "so far", "n": [1, 2]}
+        assert other.list_sessions() == s.list_sessions()
+
+    def test_two_stores_see_each_others_writes(self) -> None:
+        if not self.supports_processes:
+            pytest.skip(f"{type(self).__name__} does not share data between stores")
+        s = self.open()
+        other = self.reopen(self.raw(s))
+        s.append("s", [U1], {"x": [1]})
+        other.append("s", [A1], {"x": [2]})
+        s.update_metadata("s", {"from": "s"})
+        other.update_metadata("s", {"other": True})
+        for store in (s, other):
+            assert store.history("s") == [U1, A1]
+            assert list(store.tail("s", None, "x").tokens) == [1, 2]
+            assert store.get_metadata("s") == {"from": "s", "other": True}
+        assert other.delete_session("s") is True
+        assert s.history("s") == []
+
+    def test_processes_append_concurrently(self) -> None:
+        if not self.supports_processes:
+            pytest.skip(f"{type(self).__name__} does not support several processes")
+        writers, batches, size = self.process_writers, self.process_batches, 3
+        s = self.open()
+        recipe = self.reopen_recipe(self.raw(s))
+        assert recipe is not None, "supports_processes needs reopen_recipe"
+        ctx = multiprocessing.get_context("spawn")  # no inherited locks or connections
+        barrier = ctx.Barrier(writers)
+        procs = [
+            ctx.Process(
+                target=process_writer,
+                args=(recipe, self.use_async, w, batches, size, "shared", barrier),
+            )
+            for w in range(writers)
+        ]
+        try:
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join(timeout=300)
+            assert [p.exitcode for p in procs] == [0] * writers
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        history = s.history("shared")
+        assert len(history) == writers * batches * size
+        tail = s.tail("shared", None, "tag")
+        assert tail.total_turns == writers * batches
+        check_batches(history, writers, batches, tail.tokens)
+
+
+class StoreContract(_Contract):
+    """The contract through the sync protocol (:class:`zerda.stores.Store`)."""
+
+    use_async = False
+
+    def test_threads_append_concurrently(self) -> None:
+        writers, batches = 8, 100
+        s = self.open()
+        barrier = threading.Barrier(writers + 1)
+        errors: list[BaseException] = []
+        done = threading.Event()
+        reads = [0]
+
+        def write(w: int) -> None:
+            try:
+                barrier.wait()
+                for b in range(batches):
+                    size = thread_batch_size(b)
+                    s.append("shared", tagged_batch(w, b, size), tagged_tokens(w, b, size))
+            except BaseException as exc:
+                errors.append(exc)
+
+        def read() -> None:
+            # Reads while the writers run must never see half a batch.
+            try:
+                barrier.wait()
+                while True:
+                    finished = done.is_set()
+                    problem = check_whole_turns(s.tail("shared", 3))
+                    assert problem is None, problem
+                    reads[0] += 1
+                    if finished:
+                        return
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        reader = threading.Thread(target=read)
+        for t in [*threads, reader]:
+            t.start()
+        for t in threads:
+            t.join()
+        done.set()
+        reader.join()
+        assert not errors, errors[0]
+        assert reads[0] >= 1
+        history = s.history("shared")
+        expected = sum(thread_batch_size(b) for b in range(batches)) * writers
+        assert len(history) == expected
+        tail = s.tail("shared", None, "tag")
+        assert tail.total_turns == writers * batches
+        check_batches(history, writers, batches, tail.tokens)
+
+    def test_tasks_append_concurrently(self) -> None:
+        """Through the async protocol when the store has it, else through a memory's async
+        methods (which run a sync store's calls in worker threads)."""
+        writers, batches = 8, 100
+        store = self.open_raw()
+        native = isinstance(store, AsyncStore)
+
+        async def write(w: int) -> None:
+            memory = ConversationBufferMemory(store=store, session_id="shared")
+            for b in range(batches):
+                size = thread_batch_size(b)
+                batch = tagged_batch(w, b, size)
+                if native:
+                    await store.aappend("shared", batch, tagged_tokens(w, b, size))
+                else:
+                    await memory.aadd_messages(batch)
+
+        async def main() -> None:
+            await asyncio.gather(*(write(w) for w in range(writers)))
+
+        asyncio.run(main())
+        history = store.history("shared")
+        tokens = store.tail("shared", None, "tag").tokens
+        if not native:  # the memory stores no counts; check the order and wholeness alone
+            tokens = [tag_count(*_parse(m)[:3]) for m in history]
+        check_batches(history, writers, batches, tokens)
+
+
+class AsyncStoreContract(_Contract):
+    """The contract through the async protocol (:class:`zerda.stores.AsyncStore`)."""
+
+    use_async = True
+
+    def test_tasks_append_concurrently(self) -> None:
+        writers, batches = 8, 100
+        store = self.open_raw()
+        problems: list[str] = []
+
+        async def write(w: int) -> None:
+            for b in range(batches):
+                size = thread_batch_size(b)
+                await store.aappend("shared", tagged_batch(w, b, size), tagged_tokens(w, b, size))
+
+        async def read(writing: asyncio.Future[Any]) -> int:
+            reads = 0
+            while True:
+                finished = writing.done()
+                problem = check_whole_turns(await store.atail("shared", 3))
+                if problem is not None:
+                    problems.append(problem)
+                reads += 1
+                if finished:
+                    return reads
+                await asyncio.sleep(0)  # yield to the writers; not a synchronisation wait
+
+        async def main() -> int:
+            writing = asyncio.gather(*(write(w) for w in range(writers)))
+            reads = await read(writing)
+            await writing
+            return reads
+
+        assert self._loop.run_until_complete(main()) >= 1
+        assert not problems, problems[0]
+        history = self._loop.run_until_complete(store.ahistory("shared"))
+        tail = self._loop.run_until_complete(store.atail("shared", None, "tag"))
+        assert tail.total_turns == writers * batches
+        check_batches(history, writers, batches, tail.tokens)

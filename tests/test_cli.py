@@ -1,0 +1,808 @@
+"""The ``zerda`` command, run for real in subprocesses, and ``open_store`` behind its --db."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import zerda
+from zerda import ApproxCounter, ConfigurationError, Message, group_turns, to_openai
+from zerda.memory import ConversationBufferWindowMemory, ConversationTokenBufferMemory
+from zerda.stores import InMemoryStore, JSONFileStore, SQLiteStore, open_store
+from zerda.stores._open import parse_target
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "coffee-order.jsonl"
+SHARED_DATA = ROOT.parent / "shared" / "data" / "taskmaster4-coffee.jsonl.gz"
+CONSOLE_SCRIPT = Path(sys.executable).parent / "zerda"
+APPROX = ApproxCounter()
+
+
+def _sqlite_missing() -> str | None:
+    """Why the SQLite store cannot back these tests, or None when it can."""
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            SQLiteStore(Path(folder) / "probe.sqlite3").close()
+        except NotImplementedError:
+            return "SQLiteStore is still a placeholder (raises NotImplementedError)"
+    return None
+
+
+_NO_SQLITE = _sqlite_missing()
+needs_sqlite = pytest.mark.skipif(_NO_SQLITE is not None, reason=str(_NO_SQLITE))
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def json(self) -> object:
+        return json.loads(self.out)
+
+    def succeeded(self) -> Run:
+        assert self.code == 0, self.err
+        assert "Traceback" not in self.err
+        return self
+
+    def failed(self, code: int, *expected: str) -> str:
+        """Check the one-line error; returns it."""
+        assert self.code == code, (self.out, self.err)
+        assert "Traceback" not in self.err
+        lines = self.err.splitlines()
+        assert len(lines) == 1, self.err
+        assert lines[0].startswith("zerda: error: "), self.err
+        for text in expected:
+            assert text in lines[0]
+        return lines[0]
+
+
+class Zerda:
+    """Runs ``python -m zerda.cli`` with its own database and a clean environment."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.db = tmp_path / "zerda.sqlite3"
+        env = {k: v for k, v in os.environ.items() if k not in ("ZERDA_DB", "COLUMNS")}
+        env.update(
+            {
+                # Never the real user's data folder, whatever a test forgets.
+                "XDG_DATA_HOME": str(tmp_path / "xdg"),
+                "HOME": str(tmp_path / "home"),
+                "TZ": "UTC",
+                "COLUMNS": "250",  # no cut texts in these tests
+                "PYTHONIOENCODING": "utf-8",
+            }
+        )
+        self.env = env
+
+    def __call__(
+        self,
+        *args: str,
+        db: Path | str | None = None,
+        use_db: bool = True,
+        stdin: bytes | None = None,
+        env: dict[str, str] | None = None,
+        program: Sequence[str] = (sys.executable, "-m", "zerda.cli"),
+    ) -> Run:
+        argv = [*program]
+        if use_db:
+            argv += ["--db", str(db if db is not None else self.db)]
+        run = subprocess.run(
+            [*argv, *args],
+            input=stdin,
+            capture_output=True,
+            env={**self.env, **(env or {})},
+            cwd=self.tmp,
+            timeout=120,
+            check=False,
+        )
+        return Run(run.returncode, run.stdout.decode("utf-8"), run.stderr.decode("utf-8"))
+
+    def imported(self, session: str = "demo", path: Path = EXAMPLE) -> Run:
+        return self("import", str(path), "--session", session).succeeded()
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Zerda:
+    return Zerda(tmp_path)
+
+
+def example() -> list[Message]:
+    return [Message.from_dict(json.loads(line)) for line in EXAMPLE.read_text().splitlines()]
+
+
+def write_jsonl(path: Path, values: Sequence[object]) -> Path:
+    path.write_text("".join(json.dumps(v) + "\n" for v in values), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def sqlite(cli: Zerda) -> Iterator[SQLiteStore]:
+    """The test's database, opened in this process to compare with what the command shows."""
+    store = SQLiteStore(cli.db)
+    yield store
+    store.close()
+
+
+# -- the example conversation and the entry points ---------------------------------------------
+
+
+def test_the_example_is_a_coffee_order_with_answered_tool_calls() -> None:
+    messages = example()
+    assert messages[0].role == "system"
+    turns = group_turns(messages)
+    assert 3 <= len(turns) <= 4
+    assert all(t.user is not None and t.reply is not None for t in turns)
+    assert all(t.tool_calls and not t.pending_tool_calls for t in turns)
+    assert any(len(m.tool_calls) > 1 for m in messages), "one message makes parallel calls"
+
+
+@needs_sqlite
+def test_the_console_script_is_the_same_command(cli: Zerda) -> None:
+    assert CONSOLE_SCRIPT.exists(), "pip install -e . makes the zerda script"
+    version = cli("--version", use_db=False, program=[str(CONSOLE_SCRIPT)]).succeeded()
+    assert version.out.strip() == f"zerda {zerda.__version__}"
+    cli.imported()
+    listed = cli("sessions", "--json", program=[str(CONSOLE_SCRIPT)]).succeeded()
+    assert [s["session_id"] for s in listed.json] == ["demo"]  # type: ignore[attr-defined]
+
+
+def test_help_describes_every_command(cli: Zerda) -> None:
+    top = cli("--help", use_db=False).succeeded().out
+    for command in ("sessions", "show", "export", "import", "stats", "rm"):
+        assert re.search(rf"^\s+{command}\s+\S", top, re.MULTILINE), command
+    assert "ZERDA_DB" in top
+    assert "XDG_DATA_HOME" in top
+    assert "newest first" in cli("sessions", "--help", use_db=False).succeeded().out
+    show = cli("show", "--help", use_db=False).succeeded().out
+    for option in ("--context", "--k N", "--token-limit N", "--reserve N", "--counter", "--db"):
+        assert option in show
+
+
+def test_no_command_prints_the_help(cli: Zerda) -> None:
+    run = cli(use_db=False).succeeded()
+    assert "usage: zerda" in run.out
+
+
+# -- import ----------------------------------------------------------------------------------
+
+
+@needs_sqlite
+def test_import_one_message_a_line(cli: Zerda, sqlite: SQLiteStore) -> None:
+    run = cli.imported()
+    assert "20 messages (4 turns)" in run.out
+    assert "one message a line" in run.out
+    stored = sqlite.history("demo")
+    assert [m.to_openai() for m in stored] == [m.to_openai() for m in example()]
+    assert all(m.created_at is not None for m in stored), "stamped with the import time"
+
+
+@needs_sqlite
+def test_import_one_conversation_a_line(cli: Zerda, sqlite: SQLiteStore) -> None:
+    first = [{"role": "user", "content": "A cortado?"}, {"role": "assistant", "content": "Sure."}]
+    second = [{"role": "user", "content": "And a bun."}, {"role": "assistant", "content": "Done."}]
+    path = write_jsonl(
+        cli.tmp / "dialogs.jsonl",
+        [{"id": "d1", "scenario": "x", "messages": first}, {"id": "d2", "messages": second}],
+    )
+    run = cli("import", str(path), "--session", "two", "--json").succeeded()
+    assert run.json == {
+        "session_id": "two",
+        "source": str(path),
+        "form": "conversations",
+        "conversations": 2,
+        "messages": 4,
+        "turns": 2,
+        "session_messages": 4,
+        "session_turns": 2,
+    }
+    human = cli("import", str(path), "--session", "again").succeeded()
+    assert "2 conversations, one conversation a line" in human.out
+    assert [m.to_openai() for m in sqlite.history("two")] == [*first, *second]
+
+
+@needs_sqlite
+def test_import_the_shared_data_set(cli: Zerda, sqlite: SQLiteStore) -> None:
+    if not SHARED_DATA.exists():
+        pytest.skip(f"the shared data set is not at {SHARED_DATA}")
+    with gzip.open(SHARED_DATA, "rt", encoding="utf-8") as lines:
+        dialogs = [json.loads(next(lines)) for _ in range(5)]
+    path = cli.tmp / "five.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in dialogs), encoding="utf-8")
+    run = cli("import", str(path), "--session", "taskmaster", "--json").succeeded()
+    expected = [m for d in dialogs for m in d["messages"]]
+    assert run.json["form"] == "conversations"  # type: ignore[index]
+    assert run.json["messages"] == len(expected)  # type: ignore[index]
+    assert [m.to_openai() for m in sqlite.history("taskmaster")] == expected
+
+
+@needs_sqlite
+def test_a_bad_line_is_reported_with_its_number_and_nothing_is_imported(
+    cli: Zerda, sqlite: SQLiteStore
+) -> None:
+    cli.imported()
+    lines = [json.dumps(m.to_openai()) for m in example()[:4]]
+    lines.insert(2, "")  # blank lines are skipped but still counted
+    lines.insert(4, '{"role": "tool", "content": "no call id"}')
+    path = cli.tmp / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = cli("import", str(path), "--session", "demo")
+    assert run.code == 1
+    assert "Traceback" not in run.err
+    first, last = run.err.splitlines()
+    assert first.startswith(f"zerda: error: {path}:5: a tool message needs tool_call_id")
+    assert last == f"zerda: error: nothing imported: 1 bad line in {path}"
+    assert sqlite.tail("demo", 0).total_messages == 20, "the session is as it was"
+    assert cli("import", str(path), "--session", "fresh").code == 1
+    assert sqlite.history("fresh") == []
+
+
+def test_bad_json_in_a_new_database_creates_no_file(cli: Zerda) -> None:
+    path = cli.tmp / "bad.jsonl"
+    path.write_text('{"role": "user", "content": "ok"}\n{"role": \n', encoding="utf-8")
+    run = cli("import", str(path), "--session", "s")
+    assert run.code == 1
+    assert f"{path}:2: not JSON" in run.err
+    assert not cli.db.exists()
+
+
+def test_a_conversation_in_a_file_of_messages_is_a_bad_line(cli: Zerda) -> None:
+    path = write_jsonl(
+        cli.tmp / "mixed.jsonl",
+        [{"role": "user", "content": "hi"}, {"messages": [{"role": "user", "content": "x"}]}],
+    )
+    run = cli("import", str(path), "--session", "s")
+    assert run.code == 1
+    assert f"{path}:2: a conversation" in run.err
+
+
+@needs_sqlite
+def test_import_reads_standard_input(cli: Zerda, sqlite: SQLiteStore) -> None:
+    run = cli("import", "-", "--session", "piped", stdin=EXAMPLE.read_bytes()).succeeded()
+    assert "from <stdin>" in run.out
+    assert len(sqlite.history("piped")) == 20
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--session", "'; DROP TABLE x; --"], "argument --session: session id"),
+        ([], "the following arguments are required: --session"),
+    ],
+)
+def test_import_needs_a_valid_session_id(cli: Zerda, args: list[str], expected: str) -> None:
+    cli("import", str(EXAMPLE), *args).failed(2, expected, "zerda import --help")
+    assert not cli.db.exists()
+
+
+def test_import_of_an_empty_or_missing_file_fails(cli: Zerda) -> None:
+    (cli.tmp / "empty.jsonl").write_text("\n\n", encoding="utf-8")
+    cli("import", "empty.jsonl", "--session", "s").failed(1, "holds no messages")
+    cli("import", "nope.jsonl", "--session", "s").failed(1, "nope.jsonl: No such file")
+
+
+# -- sessions --------------------------------------------------------------------------------
+
+
+@needs_sqlite
+def test_sessions_newest_first_as_a_table_and_as_json(cli: Zerda, sqlite: SQLiteStore) -> None:
+    cli.imported("older")
+    cli.imported("newer")
+    listed = cli("sessions", "--json").succeeded().json
+    assert isinstance(listed, list)
+    assert [s["session_id"] for s in listed] == ["newer", "older"]
+    newer = listed[0]
+    assert set(newer) == {
+        "session_id",
+        "message_count",
+        "turn_count",
+        "created_at",
+        "updated_at",
+        "expires_at",
+    }
+    assert (newer["message_count"], newer["turn_count"]) == (20, 4)
+    stored = {s.session_id: s for s in sqlite.list_sessions()}
+    assert newer["updated_at"] == stored["newer"].updated_at  # epoch seconds
+    table = cli("sessions").succeeded().out.splitlines()
+    assert table[0].split() == ["session", "messages", "turns", "last", "activity"]
+    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(newer["updated_at"]))  # TZ=UTC
+    assert table[1].split() == ["newer", "20", "4", *when.split()]
+    assert table[2].split()[0] == "older"
+    # Aligned columns: the counts end where their header does.
+    end = table[0].index("messages") + len("messages")
+    assert all(row[:end].endswith(" 20") for row in table[1:])
+
+
+def test_sessions_of_a_database_that_does_not_exist_yet(cli: Zerda) -> None:
+    assert "No sessions" in cli("sessions").succeeded().out
+    assert cli("sessions", "--json").succeeded().json == []
+    assert not cli.db.exists(), "reading never creates the database"
+
+
+# -- show ------------------------------------------------------------------------------------
+
+
+@needs_sqlite
+def test_show_gives_every_turn_with_its_messages_and_tokens(cli: Zerda) -> None:
+    cli.imported()
+    out = cli("show", "demo").succeeded().out
+    messages = example()
+    assert "Session demo: 20 messages in 4 turns (tokens by approx:chars/4)" in out
+    for number in range(1, 5):
+        assert f"Turn {number} of 4, " in out
+    user = messages[1]
+    assert re.search(rf"^  user\s+{APPROX.count_message(user)}  Hi! Do you have", out, re.M)
+    assert '-> search_menu({"query": "oat milk", "sweetness": "low"})' in out
+    assert '-> add_item({"item_id": "flat-white"' in out
+    assert "set_order_type(" in out
+    assert '[call_menu_1] {"items": [' in out
+    turn1 = group_turns(messages)[0]
+    assert f"4 messages, {sum(map(APPROX.count_message, turn1.messages))} tokens" in out
+
+
+@needs_sqlite
+def test_show_json_counts_every_message(cli: Zerda) -> None:
+    cli.imported()
+    shown = cli("show", "demo", "--json").succeeded().json
+    assert isinstance(shown, dict)
+    assert (shown["total_messages"], shown["total_turns"]) == (20, 4)
+    assert "context" not in shown
+    rows = [*shown["system"], *(r for t in shown["turns"] for r in t["messages"])]
+    got = [Message.from_dict(r["message"]) for r in rows]
+    assert [m.to_openai() for m in got] == [m.to_openai() for m in example()]
+    assert [r["tokens"] for r in rows] == [APPROX.count_message(m) for m in got]
+    for turn in shown["turns"]:
+        assert turn["tokens"] == sum(r["tokens"] for r in turn["messages"])
+
+
+@needs_sqlite
+def test_show_uses_the_counts_stored_by_the_same_counter(cli: Zerda, sqlite: SQLiteStore) -> None:
+    messages = example()
+    sqlite.append("counted", messages, {APPROX.name: [7] * len(messages)})
+    shown = cli("show", "counted", "--json").succeeded().json
+    assert isinstance(shown, dict)
+    rows = [*shown["system"], *(r for t in shown["turns"] for r in t["messages"])]
+    assert {r["tokens"] for r in rows} == {7}, "stored counts, not counted again"
+
+
+@needs_sqlite
+@pytest.mark.parametrize("k", [1, 2, 4, 10])
+def test_show_context_k_is_what_the_window_memory_gives(
+    cli: Zerda, sqlite: SQLiteStore, k: int
+) -> None:
+    cli.imported()
+    memory = ConversationBufferWindowMemory(k=k, store=sqlite, session_id="demo")
+    expected = memory.get_context()
+    shown = cli("show", "demo", "--context", "--k", str(k), "--json").succeeded().json
+    assert isinstance(shown, dict)
+    context = shown["context"]
+    assert context["messages"] == to_openai(expected)
+    kept = min(k, 4)
+    assert (context["turns_in_context"], context["turns_evicted"]) == (kept, 4 - kept)
+    parts = context["tokens_by_part"]
+    assert context["tokens"] == APPROX.count_messages(expected) == sum(parts.values())
+    human = cli("show", "demo", "--context", "--k", str(k)).succeeded().out
+    assert f"In context: {kept} of 4 turns, {4 - kept} evicted" in human
+    assert f"Context tokens: {context['tokens']} = system" in human
+    assert ("Turn 1 of 4" in human) == (k >= 4)
+    assert "Turn 4 of 4" in human
+
+
+@needs_sqlite
+@pytest.mark.parametrize(
+    ("limit", "reserve"), [(300, 0), (400, 100), (100, 0), (100_000, 0), (260, 10)]
+)
+def test_show_context_token_limit_is_what_the_token_memory_gives(
+    cli: Zerda, sqlite: SQLiteStore, limit: int, reserve: int
+) -> None:
+    cli.imported()
+    memory = ConversationTokenBufferMemory(
+        max_token_limit=limit,
+        reserve_tokens=reserve,
+        token_counter=ApproxCounter(),
+        store=sqlite,
+        session_id="demo",
+    )
+    expected = memory.get_context()
+    stats = memory.get_memory_stats()
+    args = ["show", "demo", "--context", "--token-limit", str(limit), "--reserve", str(reserve)]
+    context = cli(*args, "--json").succeeded().json["context"]  # type: ignore[index]
+    assert context["messages"] == to_openai(expected)
+    assert context["tokens"] == stats["context_tokens"] <= limit - reserve
+    assert context["budget"] == limit - reserve
+    assert context["turns_in_context"] == stats["turns_in_context"]
+    assert context["turns_evicted"] == stats["turns_evicted"]
+    assert context["truncated"] == stats["truncated"]
+    human = cli(*args).succeeded().out
+    assert f"Context tokens: {stats['context_tokens']} / {limit - reserve} (" in human
+    assert f"{stats['turns_evicted']} evicted" in human
+    assert ("Budget: " in human) == bool(reserve)
+    if stats["truncated"]:
+        assert "only its newest messages fit" in human
+
+
+@needs_sqlite
+def test_show_context_over_budget_is_an_error(cli: Zerda) -> None:
+    cli.imported()
+    cli("show", "demo", "--token-limit", "20").failed(1, "try a larger --token-limit")
+
+
+@needs_sqlite
+def test_a_limit_implies_context(cli: Zerda) -> None:
+    cli.imported()
+    out = cli("show", "demo", "--k", "1").succeeded().out
+    assert "what the model sees with --k 1" in out
+    assert "Turn 3 of 4" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--context"], "--context needs a limit: --k N"),
+        (["--reserve", "10"], "--reserve goes with --token-limit"),
+        (["--token-limit", "100", "--reserve", "100"], "must be less than --token-limit"),
+        (["--k", "2", "--token-limit", "100"], "not allowed with argument --k"),
+        (["--k", "0"], "argument --k: expected a number > 0"),
+        (["--token-limit", "many"], "expected a whole number, got 'many'"),
+    ],
+)
+def test_show_usage_errors(cli: Zerda, args: list[str], expected: str) -> None:
+    cli("show", "demo", *args).failed(2, expected, "(see 'zerda show --help')")
+
+
+@needs_sqlite
+def test_show_a_missing_session_is_an_error(cli: Zerda) -> None:
+    cli("show", "nobody").failed(1, "no session 'nobody'", "does not exist yet")
+    cli.imported()
+    line = cli("show", "nobody", "--context", "--k", "2").failed(1, "no session 'nobody'")
+    assert "does not exist" not in line
+
+
+@needs_sqlite
+def test_an_unknown_counter_is_an_error(cli: Zerda) -> None:
+    cli.imported()
+    cli("show", "demo", "--counter", "no-such-encoding").failed(1, "no-such-encoding")
+
+
+@needs_sqlite
+def test_a_zerda_warning_is_one_line(cli: Zerda) -> None:
+    """The default counter cannot load o200k_base here (an empty cache, a proxy that refuses)
+    and falls back to the approximation with a warning."""
+    cli.imported()
+    offline = {
+        "TIKTOKEN_CACHE_DIR": str(cli.tmp / "empty-cache"),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "https_proxy": "http://127.0.0.1:9",
+    }
+    run = cli("show", "demo", "--counter", "default", env=offline).succeeded()
+    assert "tokens by approx:chars/4" in run.out
+    (line,) = run.err.splitlines()
+    assert line.startswith("zerda: warning: tiktoken encoding 'o200k_base' could not be loaded")
+
+
+# -- export ----------------------------------------------------------------------------------
+
+
+@needs_sqlite
+def test_export_round_trips_the_openai_lines(cli: Zerda) -> None:
+    cli.imported()
+    exported = cli("export", "demo").succeeded().out
+    assert exported == EXAMPLE.read_text(encoding="utf-8")
+    out = cli("export", "demo", "-o", "copy.jsonl").succeeded().out
+    assert "Exported 20 messages of session demo to copy.jsonl" in out
+    assert (cli.tmp / "copy.jsonl").read_text(encoding="utf-8") == exported
+
+
+@needs_sqlite
+def test_export_full_keeps_times_and_metadata_and_imports_back(
+    cli: Zerda, sqlite: SQLiteStore
+) -> None:
+    tagged = [
+        Message("user", "Un café, s'il vous plaît", metadata={"lang": "fr"}, created_at=1.5e9),
+        Message("assistant", "Voilà ☕", created_at=1.5e9 + 2),
+    ]
+    sqlite.append("fr", tagged)
+    full = cli("export", "fr", "--full").succeeded().out
+    assert [Message.from_dict(json.loads(line)) for line in full.splitlines()] == tagged
+    (cli.tmp / "fr.jsonl").write_text(full, encoding="utf-8")
+    cli("import", "fr.jsonl", "--session", "fr-copy").succeeded()
+    assert sqlite.history("fr-copy") == tagged
+
+
+@needs_sqlite
+def test_export_to_a_closed_pipe_is_quiet(cli: Zerda, sqlite: SQLiteStore) -> None:
+    # More than a pipe buffer (64 KiB) that nobody reads: the write must hit the closed pipe.
+    sqlite.append("long", [Message("user", "x" * 1000) for _ in range(200)])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "zerda.cli", "--db", str(cli.db), "export", "long"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli.env,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    process.stdout.close()
+    err = process.stderr.read()
+    process.stderr.close()
+    assert process.wait(timeout=120) == 1
+    assert err == b""
+
+
+@needs_sqlite
+def test_export_a_missing_session_is_an_error(cli: Zerda) -> None:
+    cli.imported()
+    cli("export", "nobody").failed(1, "no session 'nobody'")
+
+
+# -- stats -----------------------------------------------------------------------------------
+
+
+@needs_sqlite
+def test_stats_of_the_database(cli: Zerda) -> None:
+    cli.imported("one")
+    cli.imported("two")
+    stats = cli("stats", "--json").succeeded().json
+    assert isinstance(stats, dict)
+    assert stats["backend"] == "sqlite"
+    assert stats["target"] == stats["path"] == str(cli.db)
+    assert stats["source"] == "--db"
+    assert stats["file_size"] == cli.db.stat().st_size > 0
+    assert isinstance(stats["schema_version"], int)
+    assert stats["schema_version"] >= 1
+    assert (stats["sessions"], stats["messages"], stats["turns"]) == (2, 40, 8)
+    human = cli("stats").succeeded().out
+    assert f"database        {cli.db} (from --db)" in human
+    assert re.search(r"^file size\s+\d+\.\d KiB \([\d,]+ bytes\)$", human, re.M)
+    assert re.search(r"^sessions\s+2$", human, re.M)
+
+
+def test_stats_of_a_database_that_does_not_exist_yet(cli: Zerda) -> None:
+    assert "does not exist yet" in cli("stats").succeeded().out
+    stats = cli("stats", "--json").succeeded().json
+    assert isinstance(stats, dict)
+    assert (stats["exists"], stats["sessions"]) == (False, 0)
+    assert not cli.db.exists()
+
+
+@needs_sqlite
+def test_stats_of_a_session_count_tokens_by_role(cli: Zerda) -> None:
+    cli.imported()
+    stats = cli("stats", "demo", "--json").succeeded().json
+    assert isinstance(stats, dict)
+    messages = example()
+    for role in ("system", "user", "assistant", "tool"):
+        of_role = [m for m in messages if m.role == role]
+        assert stats["tokens_by_role"][role] == {
+            "messages": len(of_role),
+            "tokens": sum(map(APPROX.count_message, of_role)),
+        }
+    assert stats["tokens"] == sum(map(APPROX.count_message, messages))
+    assert (stats["message_count"], stats["turn_count"]) == (20, 4)
+    assert stats["created_at"] <= stats["updated_at"]
+    human = cli("stats", "demo").succeeded().out
+    assert re.search(rf"^  total\s+20\s+{stats['tokens']}$", human, re.M)
+    assert "first activity" in human
+    assert "last activity" in human
+    cli("stats", "nobody").failed(1, "no session 'nobody'")
+
+
+# -- rm --------------------------------------------------------------------------------------
+
+
+@needs_sqlite
+def test_rm_deletes_the_session_and_its_metadata(cli: Zerda, sqlite: SQLiteStore) -> None:
+    cli.imported("keep")
+    cli.imported("drop")
+    sqlite.update_metadata("drop", {"summary": "an order"})
+    out = cli("rm", "drop").succeeded().out
+    assert out.strip() == "Removed session drop: 20 messages in 4 turns, and its metadata."
+    assert sqlite.get_metadata("drop") == {}
+    assert sqlite.history("drop") == []
+    assert [s.session_id for s in sqlite.list_sessions()] == ["keep"]
+    cli("rm", "drop").failed(1, "no session 'drop'")
+    removed = cli("rm", "keep", "--json").succeeded().json
+    assert removed == {"session_id": "keep", "removed": True, "message_count": 20, "turn_count": 4}
+
+
+# -- the database: --db, ZERDA_DB, the XDG default, bad targets -------------------------------
+
+
+@needs_sqlite
+def test_db_and_json_after_the_command(cli: Zerda) -> None:
+    cli.imported()
+    before = cli("--db", str(cli.db), "--json", "sessions", use_db=False).succeeded()
+    after = cli("sessions", "--db", str(cli.db), "--json", use_db=False).succeeded()
+    assert before.out == after.out
+    assert json.loads(after.out)[0]["session_id"] == "demo"
+    # Given after the command, --db wins over one given before it.
+    other = cli.tmp / "other.sqlite3"
+    assert cli("sessions", "--json", "--db", str(other)).succeeded().json == []
+
+
+@needs_sqlite
+def test_zerda_db_from_the_environment(cli: Zerda) -> None:
+    from_env = cli.tmp / "env.sqlite3"
+    env = {"ZERDA_DB": str(from_env)}
+    cli("import", str(EXAMPLE), "--session", "e", use_db=False, env=env).succeeded()
+    assert from_env.exists()
+    stats = cli("stats", "--json", use_db=False, env=env).succeeded().json
+    assert stats["path"] == str(from_env)
+    assert stats["source"] == "$ZERDA_DB"
+    # --db overrides the environment.
+    assert cli("sessions", "--json", env=env).succeeded().json == []
+
+
+@needs_sqlite
+def test_the_default_database_is_in_the_xdg_data_folder(cli: Zerda) -> None:
+    expected = cli.tmp / "xdg" / "zerda" / "zerda.sqlite3"
+    assert not expected.parent.exists()
+    cli("import", str(EXAMPLE), "--session", "x", use_db=False).succeeded()
+    assert expected.exists(), "the folder and the file are created"
+    stats = cli("stats", "--json", use_db=False).succeeded().json
+    assert isinstance(stats, dict)
+    assert (stats["path"], stats["source"]) == (str(expected), "the default location")
+    # XDG_DATA_HOME unset: ~/.local/share.
+    home = {"XDG_DATA_HOME": ""}
+    stats = cli("stats", "--json", use_db=False, env=home).succeeded().json
+    expected_home = cli.tmp / "home" / ".local" / "share" / "zerda" / "zerda.sqlite3"
+    assert stats["path"] == str(expected_home)  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("ftp://example.com/x", "unknown scheme 'ftp'"),
+        ("redis://user:hunter2@localhost:6379/0", "arrives with the 'redis' extra"),
+        ("postgresql://localhost/zerda", "arrives with the 'postgres' extra"),
+        ("sqlite://host/file.db", "names a file, not a host"),
+        ("memory:somewhere", "use memory: alone"),
+    ],
+)
+def test_a_bad_db_target_is_one_line(cli: Zerda, target: str, expected: str) -> None:
+    line = cli("sessions", db=target).failed(1, expected)
+    assert "hunter2" not in line
+
+
+def test_a_file_that_is_not_a_database(cli: Zerda) -> None:
+    cli.db.write_text("just text, not SQLite\n" * 100, encoding="utf-8")
+    cli("sessions").failed(1, str(cli.db.name))
+
+
+def test_the_json_and_memory_backends(cli: Zerda) -> None:
+    path = cli.tmp / "chats.json"
+    cli("import", str(EXAMPLE), "--session", "j", db=path).succeeded()
+    assert json.loads(path.read_text(encoding="utf-8"))["sessions"]["j"]
+    assert cli("export", "j", db=f"json:{path}").succeeded().out == EXAMPLE.read_text()
+    stats = cli("stats", "--json", db="memory:").succeeded().json
+    assert stats == {
+        "target": "memory:",
+        "source": "--db",
+        "backend": "memory",
+        "sessions": 0,
+        "messages": 0,
+        "turns": 0,
+    }
+
+
+# -- main() in this process: what a subprocess cannot show deterministically -------------------
+
+
+def test_ctrl_c_exits_130_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zerda.cli import _commands, main
+
+    def interrupted(*args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(_commands.COMMANDS, "sessions", interrupted)
+    assert main(["--db", "memory:", "sessions"]) == 130
+    assert capsys.readouterr() == ("", "")
+
+
+def test_main_returns_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    from zerda.cli import main
+
+    assert main(["--db", "memory:", "sessions", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["show"]) == 2
+    assert main(["--db", "memory:", "show", "nobody"]) == 1
+    assert "zerda: error: no session 'nobody'" in capsys.readouterr().err
+
+
+# -- open_store ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "backend", "path"),
+    [
+        ("sqlite:///srv/zerda/chats.db", "sqlite", "/srv/zerda/chats.db"),
+        ("sqlite:chats/x.db", "sqlite", "chats/x.db"),
+        ("chats.sqlite3", "sqlite", "chats.sqlite3"),
+        ("/abs/chats.db", "sqlite", "/abs/chats.db"),
+        ("data", "sqlite", "data"),
+        ("chats.json", "json", "chats.json"),
+        ("CHATS.JSON", "json", "CHATS.JSON"),
+        ("json:chats.txt", "json", "chats.txt"),
+        ("json:///srv/chats.json", "json", "/srv/chats.json"),
+        ("./a:b.db", "sqlite", "a:b.db"),
+        (Path("x.json"), "json", "x.json"),
+    ],
+)
+def test_parse_target(target: str | Path, backend: str, path: str) -> None:
+    parsed = parse_target(target)
+    assert parsed.backend == backend
+    assert parsed.path == Path(path)
+
+
+def test_parse_target_expands_the_home_folder() -> None:
+    assert parse_target("~/chats.db").path == Path.home() / "chats.db"
+
+
+def test_memory_target() -> None:
+    assert parse_target("memory:").path is None
+    assert isinstance(open_store("memory:"), InMemoryStore)
+    assert open_store("memory:", max_messages=4).max_messages == 4  # type: ignore[attr-defined]
+
+
+@needs_sqlite
+def test_open_store_opens_each_file_backend(tmp_path: Path) -> None:
+    for target, cls in [
+        (tmp_path / "a.sqlite3", SQLiteStore),
+        (f"sqlite://{tmp_path}/b.db", SQLiteStore),
+        (str(tmp_path / "c.json"), JSONFileStore),
+        (f"json:{tmp_path}/d", JSONFileStore),
+    ]:
+        store = open_store(target, ttl=60)
+        try:
+            assert isinstance(store, cls)
+            assert store.ttl == 60  # type: ignore[attr-defined]
+            store.append("s", [Message("user", "hi")])
+            assert len(store.history("s")) == 1
+        finally:
+            store.close()
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("redis://localhost:6379", "pip install 'zerda-memory[redis]'"),
+        ("rediss://:pw@cache:6380", "'redis' extra"),
+        ("postgres://localhost/db", "pip install 'zerda-memory[postgres]'"),
+        ("postgresql://bob:secret@db/zerda", "'postgres' extra"),
+        ("mysql://localhost/x", "unknown scheme 'mysql'"),
+        ("sqlite:", "has no path"),
+        ("sqlite://", "has no path"),
+        ("memory:x", "use memory: alone"),
+    ],
+)
+def test_open_store_refuses_what_it_cannot_open(target: str, expected: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        open_store(target)
+    message = str(caught.value)
+    assert expected in message
+    assert "secret" not in message
+    assert ":pw@" not in message
+    if "extra" in expected or "scheme" in expected or "empty" in expected:
+        assert "sqlite:///absolute/path" in message, "lists the accepted forms"
+
+
+def test_open_store_refuses_a_non_path() -> None:
+    with pytest.raises(ConfigurationError, match="a path or a URL"):
+        open_store(42)  # type: ignore[arg-type]
