@@ -14,6 +14,7 @@ import zerda.errors
 import zerda.memory
 import zerda.messages
 import zerda.stores
+import zerda.summarize
 import zerda.tokens
 from zerda.memory import (
     BaseMemory,
@@ -34,7 +35,15 @@ def documented_names(module: str) -> set[str]:
 
 ZERDA_NAMES = documented_names("zerda")
 MEMORY_NAMES = documented_names("zerda.memory")
-PUBLIC_MODULES = [zerda, zerda.memory, zerda.messages, zerda.tokens, zerda.errors, zerda.stores]
+PUBLIC_MODULES = [
+    zerda,
+    zerda.memory,
+    zerda.messages,
+    zerda.tokens,
+    zerda.errors,
+    zerda.stores,
+    zerda.summarize,
+]
 
 
 def test_the_api_page_lists_the_core_names() -> None:

@@ -28,6 +28,8 @@ from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
     ConversationBufferWindowMemory,
+    ConversationSummaryBufferMemory,
+    ConversationSummaryMemory,
     ConversationTokenBufferMemory,
 )
 from zerda.messages import Message, Role, ToolCall, Turn, from_openai, group_turns, to_openai
@@ -42,6 +44,8 @@ __all__ = [
     "ContextOverflowError",
     "ConversationBufferMemory",
     "ConversationBufferWindowMemory",
+    "ConversationSummaryBufferMemory",
+    "ConversationSummaryMemory",
     "ConversationTokenBufferMemory",
     "CorruptDataError",
     "InvalidMessageError",

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from zerda.memory._base import BaseMemory, MessageLike
 from zerda.memory._buffer import ConversationBufferMemory, ConversationBufferWindowMemory
+from zerda.memory._summary import ConversationSummaryBufferMemory, ConversationSummaryMemory
 from zerda.memory._token import ConversationTokenBufferMemory
 
 __all__ = [
     "BaseMemory",
     "ConversationBufferMemory",
     "ConversationBufferWindowMemory",
+    "ConversationSummaryBufferMemory",
+    "ConversationSummaryMemory",
     "ConversationTokenBufferMemory",
     "MessageLike",
 ]

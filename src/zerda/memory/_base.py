@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -51,6 +51,8 @@ class _View:
     summary_tokens: int = 0
     turn_tokens: int = 0
     overhead_tokens: int = 0
+    summary_turns: int = 0
+    summary_at: float | None = None
 
     def context(self) -> list[Message]:
         if self.error is not None:
@@ -185,21 +187,30 @@ class BaseMemory(ABC):
             return await self._async.atail(self.session_id, turns, self._counter_name())
         return await asyncio.to_thread(self._io.tail, self.session_id, turns, self._counter_name())
 
-    def _read(self) -> _View:
+    def _read(self, fit: Callable[[Tail], _View | None] | None = None) -> _View:
+        """Read tails, longer each time ``fit`` (default: ``self._fit``) asks, until it fits."""
+        fit = fit or self._fit
         turns = self._turns_to_read()
         while True:
-            view = self._fit(self._io.tail(self.session_id, turns, self._counter_name()))
+            view = fit(self._io.tail(self.session_id, turns, self._counter_name()))
             if view is not None:
                 return view
             turns = _more(turns)
 
-    async def _aread(self) -> _View:
+    async def _aread(self, fit: Callable[[Tail], _View | None] | None = None) -> _View:
+        fit = fit or self._fit
         turns = self._turns_to_read()
         while True:
-            view = self._fit(await self._atail(turns))
+            view = fit(await self._atail(turns))
             if view is not None:
                 return view
             turns = _more(turns)
+
+    def _after_write(self) -> None:  # noqa: B027  (a hook: most memories do nothing)
+        """Called after every write (summary memories fold evicted turns here)."""
+
+    async def _aafter_write(self) -> None:  # noqa: B027
+        """The async twin of :meth:`_after_write`."""
 
     # -- shared, I/O-free steps -----------------------------------------------------------
 
@@ -310,12 +321,14 @@ class BaseMemory(ABC):
         """Record one message; returns it as stored (with ``created_at`` set)."""
         batch = [_stamped(message, time.time())]
         self._io.append(self.session_id, batch, self._count(batch))
+        self._after_write()
         return batch[0]
 
     def add_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
         """Record messages as one atomic batch: all are stored, together, or none is."""
         batch = self._prepare(messages)
         self._io.append(self.session_id, batch, self._count(batch))
+        self._after_write()
         return batch
 
     def get_context(self) -> list[Message]:
@@ -332,6 +345,7 @@ class BaseMemory(ABC):
         """Record one turn: ``inputs[input_key]`` said by the user, ``outputs[output_key]``."""
         batch = self._seed_turn(inputs, outputs)
         self._io.append(self.session_id, batch, self._count(batch))
+        self._after_write()
 
     def load_memory_variables(self, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``{memory_key: text}``, or ``{memory_key: [turn dicts]}`` with ``return_messages``.
@@ -361,11 +375,13 @@ class BaseMemory(ABC):
     async def aadd_message(self, message: MessageLike) -> Message:
         batch = [_stamped(message, time.time())]
         await self._aappend(batch)
+        await self._aafter_write()
         return batch[0]
 
     async def aadd_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
         batch = self._prepare(messages)
         await self._aappend(batch)
+        await self._aafter_write()
         return batch
 
     async def aget_context(self) -> list[Message]:
@@ -379,6 +395,7 @@ class BaseMemory(ABC):
     async def asave_context(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
         batch = self._seed_turn(inputs, outputs)
         await self._aappend(batch)
+        await self._aafter_write()
 
     async def aload_memory_variables(
         self, inputs: Mapping[str, Any] | None = None

@@ -95,8 +95,19 @@ class ConversationTokenBufferMemory(BaseMemory):
         """
         return [], 0
 
-    def _fit(self, tail: Tail) -> _View | None:
-        summary, summary_tokens = self._summary()
+    def _fit(
+        self,
+        tail: Tail,
+        slot: tuple[Sequence[Message], int] | None = None,
+        first_turn: int = 0,
+    ) -> _View | None:
+        """Fit ``tail`` into the budget, with ``slot`` (summary messages and their tokens;
+        default ``self._summary()``) counted in it and no turn older than ``first_turn``
+        (counted from the session's first turn) in the context."""
+        summary, summary_tokens = self._summary() if slot is None else slot
+        skipped = first_turn - (tail.total_turns - len(tail.turn_starts))
+        if skipped > 0:  # the tail reaches back past first_turn: those turns are summarized
+            tail = _from_turn(tail, skipped)
         system_tokens = sum(self._counts(tail.system, tail.system_tokens))
         fixed = system_tokens + summary_tokens + self._priming
         parts: dict[str, Any] = {
@@ -118,8 +129,8 @@ class ConversationTokenBufferMemory(BaseMemory):
         except ContextOverflowError as exc:
             error = self._overflow(str(exc), exc.needed + fixed, fixed)
             return _View(tail, len(tail.messages), 0, error=error, **parts)
-        if fit.exhausted and not tail.complete:
-            return None  # every turn read fitted: an older one may fit too
+        if fit.exhausted and not tail.complete and skipped < 0:
+            return None  # every turn read fitted: an older, unsummarized one may fit too
         self._turns_hint = fit.turns + _MARGIN
         return _View(
             tail, fit.start, fit.turns, truncated=fit.truncated, turn_tokens=fit.tokens, **parts
@@ -160,3 +171,21 @@ class ConversationTokenBufferMemory(BaseMemory):
             "truncated": view.truncated,
             "overflow": str(view.error) if view.error is not None else None,
         }
+
+
+def _from_turn(tail: Tail, skip: int) -> Tail:
+    """``tail`` without its ``skip`` oldest turns (they are in the summary)."""
+    if skip >= len(tail.turn_starts):
+        return Tail(
+            tail.system, [], [], tail.total_turns, tail.total_messages, [], tail.system_tokens
+        )
+    start = tail.turn_starts[skip]
+    return Tail(
+        tail.system,
+        tail.messages[start:],
+        [s - start for s in tail.turn_starts[skip:]],
+        tail.total_turns,
+        tail.total_messages,
+        tail.tokens[start:] if tail.tokens else tail.tokens,
+        tail.system_tokens,
+    )
