@@ -282,6 +282,10 @@ def test_the_default_summarizer_is_extractive_within_a_quarter_of_the_budget() -
 def test_bad_options() -> None:
     with pytest.raises(ValueError, match="summarizer must implement"):
         ConversationSummaryBufferMemory(100, summarizer="not one")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="full log"):
+        ConversationSummaryBufferMemory(
+            100, token_counter=len, store=InMemoryStore(max_messages=10)
+        )
     with pytest.raises(ValueError, match="strict and background must be bools"):
         ConversationSummaryBufferMemory(100, strict="yes")  # type: ignore[arg-type]
 

@@ -97,6 +97,13 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         if not isinstance(summary_prefix, str):
             raise ConfigurationError(f"summary_prefix must be a string, got {summary_prefix!r}")
         super().__init__(max_token_limit, token_counter, **kwargs)
+        if getattr(self.store, "max_messages", None) is not None:
+            # The watermark counts turns from the session's first; retention would drop turns
+            # the summary has not covered yet. The summary is what bounds the context here.
+            raise ConfigurationError(
+                "summary memories need the store's full log: use a store without max_messages "
+                "(the summary keeps the context bounded; ttl= still expires idle sessions)"
+            )
         # The default keeps the summary to a quarter of the budget, by the memory's counter,
         # so that recent turns keep most of the room.
         self.summarizer: Summarizer = summarizer or ExtractiveSummarizer(
