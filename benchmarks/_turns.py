@@ -1,0 +1,68 @@
+"""What the store benchmarks share: cutting sessions into turns, the memories, a timed turn."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from zerda import Message, TiktokenCounter, Turn
+from zerda.memory import (
+    BaseMemory,
+    ConversationBufferWindowMemory,
+    ConversationTokenBufferMemory,
+)
+
+BUDGET = 2000
+WINDOW = 10
+KINDS = {"token": f"TokenBuffer({BUDGET})", "window": f"Window(k={WINDOW})"}
+
+
+def split(turns: Sequence[Turn], size: int) -> tuple[list[Turn], list[Turn]]:
+    """Whole turns holding at least ``size`` messages, and the turns after them."""
+    cut = seen = 0
+    while seen < size:
+        seen += len(turns[cut].messages)
+        cut += 1
+    return list(turns[:cut]), list(turns[cut:])
+
+
+def preceding(turns: Sequence[Turn], end: int, size: int) -> list[Turn]:
+    """The whole turns just before ``turns[end]`` that hold at least ``size`` messages."""
+    start = end
+    seen = 0
+    while seen < size:
+        start -= 1
+        seen += len(turns[start].messages)
+    return list(turns[start:end])
+
+
+def flatten(turns: Sequence[Turn], stamp: float) -> list[Message]:
+    return [m.with_created_at(stamp) for t in turns for m in t.messages]
+
+
+def make_memory(
+    kind: str, store: Any, counter: TiktokenCounter, session_id: str = "bench"
+) -> BaseMemory:
+    """The token memory (``"token"``) or the window memory (``"window"``) over ``store``."""
+    if kind == "token":
+        return ConversationTokenBufferMemory(
+            BUDGET, token_counter=counter, store=store, session_id=session_id
+        )
+    return ConversationBufferWindowMemory(k=WINDOW, store=store, session_id=session_id)
+
+
+def time_turns(memory: BaseMemory, timed: Sequence[Turn]) -> tuple[float, int]:
+    """Seconds per turn of ``add_messages`` + ``get_context``, and the last context's length."""
+    # The benchmark holds the prefilled sessions in memory; keep the garbage collector from
+    # walking them during the timed loop, which would charge their size to the store.
+    gc.collect()
+    gc.freeze()
+    add, get = memory.add_messages, memory.get_context
+    start = time.perf_counter()
+    for turn in timed:
+        add(turn.messages)
+        get()
+    elapsed = time.perf_counter() - start
+    return elapsed / len(timed), len(get())
