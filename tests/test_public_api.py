@@ -11,6 +11,7 @@ import pytest
 
 import zerda
 import zerda.errors
+import zerda.integrations.langchain
 import zerda.memory
 import zerda.messages
 import zerda.stores
@@ -43,6 +44,7 @@ PUBLIC_MODULES = [
     zerda.errors,
     zerda.stores,
     zerda.summarize,
+    zerda.integrations.langchain,
 ]
 
 
