@@ -9,7 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from zerda.errors import ConfigurationError, InvalidSessionIdError
+from zerda.errors import (
+    ConfigurationError,
+    CorruptDataError,
+    InvalidMessageError,
+    InvalidSessionIdError,
+)
 from zerda.messages import Message
 
 __all__ = [
@@ -128,6 +133,48 @@ class Tail:
 
 
 EMPTY_TAIL = Tail((), (), (), 0, 0)
+
+
+class DecodedMessages:
+    """Recently decoded messages, by their stored JSON text, for stores that keep text.
+
+    Tails overlap from one read to the next, and decoding (parsing and validating) costs more
+    than the query. Messages are immutable, so sharing them is safe. Dropping everything when
+    full keeps every step a single dict operation, safe between threads without a lock.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._items: dict[str, Message] = {}
+
+    def decode(self, body: str, where: str, session_id: str, remember: bool = True) -> Message:
+        """The message stored as ``body``; ``where`` names the store in a decoding error."""
+        message = self._items.get(body)
+        if message is not None:
+            return message
+        try:
+            message = Message.from_json(body)
+        except (InvalidMessageError, TypeError) as exc:
+            raise CorruptDataError(
+                f"{where}: session {session_id!r} holds a message that cannot be decoded: {exc}"
+            ) from exc
+        if remember:
+            if len(self._items) >= self.size:
+                self._items.clear()
+            self._items[body] = message
+        return message
+
+    def add(self, bodies: Sequence[str], messages: Sequence[Message]) -> None:
+        """Remember messages just written, so that the next tail finds them decoded."""
+        n = min(len(bodies), self.size)
+        if len(self._items) + n > self.size:
+            self._items.clear()
+        self._items.update(
+            zip(bodies[len(bodies) - n :], messages[len(messages) - n :], strict=True)
+        )
+
+    def clear(self) -> None:
+        self._items.clear()
 
 
 _Closing = TypeVar("_Closing", bound="ClosingStore")

@@ -18,7 +18,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from zerda.errors import (
     ConfigurationError,
     CorruptDataError,
-    InvalidMessageError,
     StoreUnavailableError,
     ZerdaError,
 )
@@ -26,6 +25,7 @@ from zerda.messages import Message, Role
 from zerda.stores._base import (
     EMPTY_TAIL,
     ClosingStore,
+    DecodedMessages,
     SessionInfo,
     Tail,
     TokenCounts,
@@ -560,7 +560,7 @@ class _PostgresBase:
         self._ready = False  # the schema is known to be up to date
         self._opened = False  # our own pool has been opened
         self._closed = False
-        self._decoded: dict[str, Message] = {}
+        self._decoded = DecodedMessages(_CACHE_SIZE)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.dsn!r}, schema={self.schema!r})"
@@ -767,23 +767,7 @@ class _PostgresBase:
     # -- decoding -------------------------------------------------------------------------------
 
     def _decode(self, body: str, session_id: str, remember: bool = True) -> Message:
-        # Tails overlap from one read to the next, and decoding costs more than the query:
-        # keep recently decoded messages by their stored text, as the SQLite store does.
-        message = self._decoded.get(body)
-        if message is not None:
-            return message
-        try:
-            message = Message.from_json(body)
-        except (InvalidMessageError, TypeError) as exc:
-            raise CorruptDataError(
-                f"{self._where}: session {session_id!r} holds a message that cannot be "
-                f"decoded: {exc}"
-            ) from exc
-        if remember:
-            if len(self._decoded) >= _CACHE_SIZE:
-                self._decoded.clear()
-            self._decoded[body] = message
-        return message
+        return self._decoded.decode(body, self._where, session_id, remember)
 
     def _count(self, text: str | None, session_id: str) -> int | None:
         if text is None:

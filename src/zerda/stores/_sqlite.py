@@ -19,7 +19,6 @@ from typing import Any, NamedTuple, TypeVar
 from zerda.errors import (
     ConfigurationError,
     CorruptDataError,
-    InvalidMessageError,
     StoreUnavailableError,
     ZerdaError,
 )
@@ -27,6 +26,7 @@ from zerda.messages import Message, Role
 from zerda.stores._base import (
     EMPTY_TAIL,
     ClosingStore,
+    DecodedMessages,
     SessionInfo,
     Tail,
     TokenCounts,
@@ -193,6 +193,7 @@ class SQLiteStore(ClosingStore):
     ) -> None:
         check_retention(ttl, max_messages)
         self.path = _check_path(path)
+        self._where = f"SQLite store {self.path!r}"
         self.ttl = ttl
         self.max_messages = max_messages
         self.timeout = _check_timeout(timeout)
@@ -202,7 +203,7 @@ class SQLiteStore(ClosingStore):
         # buy little and cost much: connections left open by threads that ended, and a
         # close() that cannot reach them.
         self._lock = threading.Lock()
-        self._decoded: dict[str, Message] = {}
+        self._decoded = DecodedMessages(_CACHE_SIZE)
         self._counts: dict[str, dict[str, int | None]] = {}
         self._db: sqlite3.Connection | None = self._open()
         self._schema_version = len(MIGRATIONS)
@@ -397,25 +398,7 @@ class SQLiteStore(ClosingStore):
         return row
 
     def _decode(self, body: str, session_id: str, remember: bool = True) -> Message:
-        # Tails overlap from one read to the next, and decoding (parsing and validating) costs
-        # more than the query: keep recently decoded messages by their stored text. Messages
-        # are immutable, so sharing them is safe. Dropping the whole cache when full keeps
-        # every step a single dict operation, safe between threads without a lock.
-        message = self._decoded.get(body)
-        if message is not None:
-            return message
-        try:
-            message = Message.from_json(body)
-        except (InvalidMessageError, TypeError) as exc:
-            raise CorruptDataError(
-                f"SQLite store {self.path!r}: session {session_id!r} holds a message that "
-                f"cannot be decoded: {exc}"
-            ) from exc
-        if remember:
-            if len(self._decoded) >= _CACHE_SIZE:
-                self._decoded.clear()
-            self._decoded[body] = message
-        return message
+        return self._decoded.decode(body, self._where, session_id, remember)
 
     def _count(self, tokens: str | None, counter: str, session_id: str) -> int | None:
         if tokens is None:
@@ -493,10 +476,7 @@ class SQLiteStore(ClosingStore):
             if self.max_messages is not None:
                 self._trim(db, row, next_seq)
         # The next tail will read these back: let it find them decoded.
-        decoded, n = self._decoded, min(len(bodies), _CACHE_SIZE)
-        if len(decoded) + n > _CACHE_SIZE:
-            decoded.clear()
-        decoded.update(zip(bodies[-n:], messages[-n:], strict=True))
+        self._decoded.add(bodies, messages)
 
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         check_session_id(session_id)
