@@ -12,6 +12,7 @@ import pytest
 import zerda
 import zerda.errors
 import zerda.integrations.langchain
+import zerda.integrations.llama_index
 import zerda.memory
 import zerda.messages
 import zerda.stores
@@ -45,6 +46,7 @@ PUBLIC_MODULES = [
     zerda.stores,
     zerda.summarize,
     zerda.integrations.langchain,
+    zerda.integrations.llama_index,
 ]
 
 

@@ -1,0 +1,450 @@
+"""The LlamaIndex integration: lossless conversion and a chat memory over any Zerda memory."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "llama_index.core", reason="the llamaindex extra (llama-index-core) is not installed"
+)
+
+from hypothesis import given
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ImageBlock,
+    MessageRole,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+)
+from llama_index.core.chat_engine import SimpleChatEngine
+from llama_index.core.llms import MockLLM
+from llama_index.core.memory import BaseMemory as LlamaBaseMemory
+
+from test_messages import messages_st
+from zerda import (
+    ApproxCounter,
+    ConfigurationError,
+    ConversationBufferMemory,
+    ConversationBufferWindowMemory,
+    ConversationTokenBufferMemory,
+    InvalidMessageError,
+    Message,
+    Role,
+    ToolCall,
+    ZerdaError,
+    to_openai,
+)
+from zerda.integrations.llama_index import (
+    ZERDA_KEY,
+    ZerdaMemory,
+    from_llama_index,
+    from_llama_index_messages,
+    to_llama_index,
+    to_llama_index_messages,
+)
+from zerda.stores import AsyncSQLiteStore, SQLiteStore
+
+CALL = ToolCall(id="call_1", name="order_status", arguments='{"order": 42}')
+TOOL_TURN = [
+    Message(Role.USER, "Where is order 42?"),
+    Message(Role.ASSISTANT, None, tool_calls=(CALL,)),
+    Message(Role.TOOL, '{"status": "shipped"}', tool_call_id="call_1"),
+    Message(Role.ASSISTANT, "It shipped yesterday."),
+]
+
+
+def unstamped(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` without the times the memory stamped on them."""
+    return [dataclasses.replace(m, created_at=None) for m in messages]
+
+
+class SpyLLM(MockLLM):
+    """LlamaIndex's MockLLM, recording the messages of every chat call and replying in turn."""
+
+    def __init__(self, replies: list[str]) -> None:
+        super().__init__()
+        self._replies = iter(replies)
+        self._seen: list[list[ChatMessage]] = []
+
+    @property
+    def seen(self) -> list[list[ChatMessage]]:
+        return self._seen
+
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        self._seen.append(list(messages))
+        return ChatResponse(message=ChatMessage(role="assistant", content=next(self._replies)))
+
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        return self.chat(messages, **kwargs)
+
+
+# -- conversion --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "role"),
+    [
+        (Message(Role.USER, "hi"), MessageRole.USER),
+        (Message(Role.SYSTEM, "be brief"), MessageRole.SYSTEM),
+        (Message(Role.ASSISTANT, "hello"), MessageRole.ASSISTANT),
+        (Message(Role.TOOL, "42", tool_call_id="c1", name="calc"), MessageRole.TOOL),
+    ],
+)
+def test_each_role_maps_to_its_llama_index_role(message: Message, role: MessageRole) -> None:
+    converted = to_llama_index(message)
+    assert converted.role is role
+    assert converted.content == message.content
+    assert from_llama_index(converted) == message
+
+
+def test_tool_calls_become_tool_call_blocks_with_the_exact_arguments() -> None:
+    call = ToolCall(id="c9", name="search", arguments='{"q":  "tea", "n": 2}')
+    converted = to_llama_index(Message(Role.ASSISTANT, "Let me look.", tool_calls=(call,)))
+    text, block = converted.blocks
+    assert isinstance(text, TextBlock)
+    assert text.text == "Let me look."
+    assert isinstance(block, ToolCallBlock)
+    assert (block.tool_call_id, block.tool_name, block.tool_kwargs) == (
+        "c9",
+        "search",
+        '{"q":  "tea", "n": 2}',
+    )
+    assert ZERDA_KEY not in converted.additional_kwargs
+
+
+def test_tool_results_carry_their_call_id() -> None:
+    converted = to_llama_index(TOOL_TURN[2])
+    assert converted.role is MessageRole.TOOL
+    assert converted.additional_kwargs["tool_call_id"] == "call_1"
+
+
+def test_tool_turn_round_trips_and_reaches_openai_format_intact() -> None:
+    back = from_llama_index_messages(to_llama_index_messages(TOOL_TURN))
+    assert back == TOOL_TURN
+    sent = to_openai(back)
+    assert sent[1]["tool_calls"][0]["function"] == {
+        "name": "order_status",
+        "arguments": '{"order": 42}',
+    }
+    assert sent[2]["tool_call_id"] == "call_1"
+
+
+def test_metadata_created_at_and_name_survive_the_round_trip() -> None:
+    message = Message(
+        Role.USER, "hi", name="ann", metadata={"lang": "en", "n": [1, 2]}, created_at=12.5
+    )
+    converted = to_llama_index(message)
+    assert converted.additional_kwargs[ZERDA_KEY]["created_at"] == 12.5
+    assert from_llama_index(converted) == message
+
+
+def test_none_and_empty_assistant_content_stay_distinct() -> None:
+    none = Message(Role.ASSISTANT, None, tool_calls=(CALL,))
+    empty = Message(Role.ASSISTANT, "", tool_calls=(CALL,))
+    assert from_llama_index(to_llama_index(none)).content is None
+    assert from_llama_index(to_llama_index(empty)).content == ""
+
+
+@given(messages_st())
+def test_any_message_round_trips(message: Message) -> None:
+    assert from_llama_index(to_llama_index(message)) == message
+
+
+def test_messages_as_llama_index_agents_write_them_convert() -> None:
+    """Tool calls as ToolCallBlocks with dict kwargs, results keyed by tool_call_id."""
+    call = ChatMessage(
+        role="assistant",
+        blocks=[ToolCallBlock(tool_call_id="t1", tool_name="add", tool_kwargs={"a": 1, "b": 2})],
+    )
+    result = ChatMessage(
+        role="tool",
+        blocks=[TextBlock(text="3")],
+        additional_kwargs={"tool_call_id": "t1", "name": "add"},
+    )
+    made, answered = from_llama_index_messages([call, result])
+    assert made.content is None
+    assert made.tool_calls == (ToolCall(id="t1", name="add", arguments='{"a": 1, "b": 2}'),)
+    assert (answered.role, answered.content, answered.tool_call_id, answered.name) == (
+        Role.TOOL,
+        "3",
+        "t1",
+        "add",
+    )
+
+
+def test_openai_style_tool_calls_in_additional_kwargs_convert() -> None:
+    raw = {"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    message = ChatMessage(role="assistant", content="", additional_kwargs={"tool_calls": [raw]})
+    converted = from_llama_index(message)
+    assert converted.tool_calls == (ToolCall(id="c2", name="f", arguments="{}"),)
+    assert converted.content == ""
+
+
+def test_llama_index_fields_zerda_has_no_place_for_are_kept() -> None:
+    thinking = ThinkingBlock(content="first, check the order")
+    message = ChatMessage(
+        role="developer",
+        blocks=[thinking, TextBlock(text="one"), TextBlock(text="two")],
+        additional_kwargs={"trace": "abc"},
+    )
+    converted = from_llama_index(message)
+    assert converted.role is Role.SYSTEM
+    assert converted.content == "one\ntwo"  # as ChatMessage.content joins text blocks
+    kept = converted.metadata["llama_index"]
+    assert kept["role"] == "developer"
+    assert kept["additional_kwargs"] == {"trace": "abc"}
+    back = to_llama_index(converted)
+    assert back.role is MessageRole.DEVELOPER
+    assert back.additional_kwargs["trace"] == "abc"
+    assert back.blocks[0] == thinking
+    assert back.content == "one\ntwo"
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        (ChatMessage(role="function", content="1"), "'function' message"),
+        (ChatMessage(role="tool", content="1"), "tool_call_id"),
+        (
+            ChatMessage(role="assistant", blocks=[ToolCallBlock(tool_name="f", tool_kwargs={})]),
+            "no tool_call_id",
+        ),
+        (
+            ChatMessage(role="user", blocks=[ImageBlock(url="https://example.invalid/a.png")]),
+            "ImageBlock",
+        ),
+    ],
+)
+def test_unsupported_messages_are_refused(message: ChatMessage, words: str) -> None:
+    with pytest.raises(InvalidMessageError, match=words):
+        from_llama_index(message)
+
+
+def test_wrong_argument_types_are_refused() -> None:
+    with pytest.raises(InvalidMessageError, match=r"takes a zerda\.Message"):
+        to_llama_index({"role": "user", "content": "hi"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessageError, match="takes a LlamaIndex ChatMessage"):
+        from_llama_index(Message(Role.USER, "hi"))  # type: ignore[arg-type]
+
+
+# -- ZerdaMemory -------------------------------------------------------------------------------
+
+
+def _turns(n: int) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
+    for i in range(n):
+        out += [
+            ChatMessage(role="user", content=f"question {i}"),
+            ChatMessage(role="assistant", content=f"answer {i}"),
+        ]
+    return out
+
+
+def test_memory_is_a_llama_index_memory_showing_the_window() -> None:
+    zerda_memory = ConversationBufferWindowMemory(k=2)
+    memory = ZerdaMemory(memory=zerda_memory)
+    assert isinstance(memory, LlamaBaseMemory)
+    memory.put(ChatMessage(role="system", content="be brief"))
+    memory.put_messages(_turns(4))
+    shown = memory.get()
+    assert shown == to_llama_index_messages(zerda_memory.get_context())
+    assert [m.content for m in shown] == [
+        "be brief",
+        "question 2",
+        "answer 2",
+        "question 3",
+        "answer 3",
+    ]
+    assert [m.role for m in shown[:2]] == [MessageRole.SYSTEM, MessageRole.USER]
+    assert [m.content for m in memory.get_all()][1:3] == ["question 0", "answer 0"]
+    assert len(memory.get_all()) == 9
+    memory.reset()
+    assert memory.get() == []
+    assert memory.get_all() == []
+
+
+def test_set_replaces_the_conversation_and_converts_first() -> None:
+    memory = ZerdaMemory(memory=ConversationBufferMemory())
+    memory.put_messages(_turns(2))
+    with pytest.raises(InvalidMessageError):
+        memory.set([ChatMessage(role="user", content="new"), ChatMessage(role="function")])
+    assert len(memory.get_all()) == 4  # nothing cleared: the bad message was found first
+    memory.set(_turns(1))
+    assert [m.content for m in memory.get_all()] == ["question 0", "answer 0"]
+
+
+def test_put_messages_is_one_batch() -> None:
+    memory = ZerdaMemory(memory=ConversationBufferMemory())
+    with pytest.raises(InvalidMessageError):
+        memory.put_messages([ChatMessage(role="user", content="ok"), ChatMessage(role="tool")])
+    assert memory.get_all() == []
+
+
+def test_tool_call_turns_survive_the_memory() -> None:
+    zerda_memory = ConversationBufferMemory()
+    memory = ZerdaMemory(memory=zerda_memory)
+    memory.put_messages(to_llama_index_messages(TOOL_TURN))
+    assert unstamped(from_llama_index_messages(memory.get())) == TOOL_TURN
+    assert unstamped(zerda_memory.get_history()) == TOOL_TURN
+
+
+def test_get_refuses_an_initial_token_count_it_would_ignore() -> None:
+    memory = ZerdaMemory(memory=ConversationBufferMemory())
+    assert memory.get(initial_token_count=0) == []
+    with pytest.raises(ConfigurationError, match="reserve_tokens"):
+        memory.get(initial_token_count=50)
+
+
+def test_from_defaults_builds_a_token_memory_or_a_buffer(tmp_path: Path) -> None:
+    counter = ApproxCounter()
+    store = SQLiteStore(tmp_path / "chat.db")
+    memory = ZerdaMemory.from_defaults(
+        token_limit=300,
+        store=store,
+        session_id="dora",
+        token_counter=counter,
+        chat_history=_turns(2),
+    )
+    inner = memory.memory
+    assert isinstance(inner, ConversationTokenBufferMemory)
+    assert (inner.max_token_limit, inner.store, inner.session_id) == (300, store, "dora")
+    assert memory.session_id == "dora"
+    assert len(memory.get_all()) == 4
+    plain = ZerdaMemory.from_defaults()
+    assert type(plain.memory) is ConversationBufferMemory
+    wrapped = ConversationBufferWindowMemory(k=3)
+    assert ZerdaMemory.from_defaults(memory=wrapped).memory is wrapped
+    assert "dora" in repr(memory)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"memory": ConversationBufferMemory(), "token_limit": 10}, "not both"),
+        ({"memory": ConversationBufferMemory(), "session_id": "x"}, "not both"),
+        ({"token_counter": ApproxCounter()}, "needs token_limit"),
+    ],
+)
+def test_from_defaults_refuses_mixed_arguments(kwargs: dict[str, Any], words: str) -> None:
+    with pytest.raises(ConfigurationError, match=words):
+        ZerdaMemory.from_defaults(**kwargs)
+
+
+def test_memory_needs_a_zerda_memory() -> None:
+    with pytest.raises(ConfigurationError, match="takes a Zerda memory"):
+        ZerdaMemory(memory="not a memory")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        ZerdaMemory()
+
+
+# -- SimpleChatEngine --------------------------------------------------------------------------
+
+
+def test_simple_chat_engine_over_sqlite(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    counter = ApproxCounter()
+    budget = 90
+    zerda_memory = ConversationTokenBufferMemory(
+        max_token_limit=budget, token_counter=counter, store=SQLiteStore(db), session_id="eve"
+    )
+    zerda_memory.add_message({"role": "system", "content": "You are terse."})
+    llm = SpyLLM([f"reply {i} " * 6 for i in range(8)])
+    engine = SimpleChatEngine.from_defaults(llm=llm, memory=ZerdaMemory(memory=zerda_memory))
+    for i in range(8):
+        response = engine.chat(f"message {i} " * 6)
+        assert response.response == f"reply {i} " * 6
+
+    for i, sent in enumerate(llm.seen):
+        context = from_llama_index_messages(sent)
+        assert counter.count_messages(context) <= budget
+        assert context[0].role is Role.SYSTEM
+        assert context[1].role is Role.USER  # after the pinned prompt, a user turn
+        assert context[-1].content == f"message {i} " * 6  # the new message, last
+    assert len(llm.seen[-1]) < 1 + 2 * 8  # older turns were evicted
+
+    reopened = ConversationBufferMemory(store=SQLiteStore(db), session_id="eve")
+    history = reopened.get_history()
+    assert len(history) == 1 + 16
+    assert [m.content for m in history[-2:]] == ["message 7 " * 6, "reply 7 " * 6]
+    assert all(m.created_at is not None for m in history)
+
+
+def test_simple_chat_engine_keeps_tool_turns_whole_in_its_context() -> None:
+    zerda_memory = ConversationBufferWindowMemory(k=2)
+    memory = ZerdaMemory(memory=zerda_memory)
+    memory.put_messages(to_llama_index_messages(TOOL_TURN))
+    llm = SpyLLM(["Anything else?", "Bye."])
+    engine = SimpleChatEngine.from_defaults(llm=llm, memory=memory)
+    engine.chat("Thanks")
+    sent = from_llama_index_messages(llm.seen[0])
+    assert unstamped(sent) == [*TOOL_TURN, Message(Role.USER, "Thanks")]
+    engine.chat("Goodbye")  # the tool turn leaves the window as a whole
+    assert [m.content for m in llm.seen[1]] == ["Thanks", "Anything else?", "Goodbye"]
+    engine.reset()
+    assert zerda_memory.get_history() == []
+
+
+def test_simple_chat_engine_async_is_native(tmp_path: Path) -> None:
+    async def run() -> tuple[SpyLLM, list[Message]]:
+        store = AsyncSQLiteStore(tmp_path / "chat.db")
+        zerda_memory = ConversationBufferWindowMemory(k=2, store=store, session_id="fay")
+        memory = ZerdaMemory(memory=zerda_memory)
+        llm = SpyLLM(["one", "two", "three"])
+        engine = SimpleChatEngine.from_defaults(llm=llm, memory=memory)
+        for word in ("a", "b", "c"):
+            await engine.achat(word)
+        with pytest.raises(ZerdaError):  # an async store has no sync path
+            memory.get()
+        everything = from_llama_index_messages(await memory.aget_all())
+        assert [m.content for m in await memory.aget()] == ["b", "two", "c", "three"]
+        await memory.aset(_turns(1))
+        assert len(await memory.aget_all()) == 2
+        await memory.aput(ChatMessage(role="user", content="more"))
+        await memory.aput_messages([ChatMessage(role="assistant", content="ok")])
+        assert len(await memory.aget_all()) == 4
+        await memory.areset()
+        assert await memory.aget() == []
+        await store.aclose()
+        return llm, everything
+
+    llm, everything = asyncio.run(run())
+    # k=2 counts the turn being answered: the previous turn and the new message.
+    assert [m.content for m in llm.seen[2]] == ["b", "two", "c"]
+    assert [m.content for m in everything] == ["a", "one", "b", "two", "c", "three"]
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_import_zerda_does_not_import_llama_index() -> None:
+    run = _run(
+        "import sys, zerda, zerda.integrations, zerda.memory, zerda.stores\n"
+        "assert 'llama_index' not in sys.modules, 'llama_index was imported'\n"
+    )
+    assert run.returncode == 0, run.stderr
+
+
+def test_missing_llama_index_names_the_extra() -> None:
+    run = _run(
+        "import sys\n"
+        "sys.modules['llama_index.core'] = None\n"
+        "try:\n"
+        "    import zerda.integrations.llama_index\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    assert run.returncode == 0, run.stderr
+    assert "pip install 'zerda-memory[llamaindex]'" in run.stdout
