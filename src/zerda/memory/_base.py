@@ -268,7 +268,8 @@ class BaseMemory(ABC):
         dicts = [turn_dict(t) for t in turns]
         if self.return_messages:
             return dicts
-        lines = [f"system: {m.content}" for m in view.tail.system]
+        # The summary (a system message after the pinned ones) is part of what the model sees.
+        lines = [f"system: {m.content}" for m in (*view.tail.system, *view.summary)]
         for turn, d in zip(turns, dicts, strict=True):
             if turn.user is not None:
                 lines.append(f"user: {d['input']}")
