@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -411,30 +409,3 @@ def test_history_repr_and_session_id() -> None:
     assert history.session_id == "s1"
     assert "s1" in repr(history)
     assert json.loads(json.dumps(history.messages)) == []
-
-
-def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-def test_import_zerda_does_not_import_langchain() -> None:
-    run = _run(
-        "import sys, zerda, zerda.integrations, zerda.memory, zerda.stores\n"
-        "assert 'langchain_core' not in sys.modules, 'langchain_core was imported'\n"
-    )
-    assert run.returncode == 0, run.stderr
-
-
-def test_missing_langchain_names_the_extra() -> None:
-    run = _run(
-        "import sys\n"
-        "sys.modules['langchain_core'] = None\n"
-        "try:\n"
-        "    import zerda.integrations.langchain\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    assert run.returncode == 0, run.stderr
-    assert "pip install 'zerda-memory[langchain]'" in run.stdout

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -449,30 +447,3 @@ def test_simple_chat_engine_async_is_native(tmp_path: Path) -> None:
     # k=2 counts the turn being answered: the previous turn and the new message.
     assert [m.content for m in llm.seen[2]] == ["b", "two", "c"]
     assert [m.content for m in everything] == ["a", "one", "b", "two", "c", "three"]
-
-
-def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-def test_import_zerda_does_not_import_llama_index() -> None:
-    run = _run(
-        "import sys, zerda, zerda.integrations, zerda.memory, zerda.stores\n"
-        "assert 'llama_index' not in sys.modules, 'llama_index was imported'\n"
-    )
-    assert run.returncode == 0, run.stderr
-
-
-def test_missing_llama_index_names_the_extra() -> None:
-    run = _run(
-        "import sys\n"
-        "sys.modules['llama_index.core'] = None\n"
-        "try:\n"
-        "    import zerda.integrations.llama_index\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    assert run.returncode == 0, run.stderr
-    assert "pip install 'zerda-memory[llamaindex]'" in run.stdout

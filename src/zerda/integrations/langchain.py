@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from zerda.errors import ConfigurationError, InvalidMessageError
+from zerda.integrations._json import json_or_none
 from zerda.memory import BaseMemory
 from zerda.messages import Message, Role, ToolCall
 
@@ -199,24 +200,16 @@ def _role_of(message: BaseMessage) -> Role:
     )
 
 
-def _json_or_none(value: Any) -> Any:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return None
-    return value
-
-
 def _langchain_metadata(message: BaseMessage) -> dict[str, Any]:
     """LangChain fields Zerda has no place for, kept in ``metadata["langchain"]``."""
     kept: dict[str, Any] = {}
     if message.id is not None:
         kept["id"] = message.id
     if message.response_metadata:
-        kept["response_metadata"] = _json_or_none(message.response_metadata)
+        kept["response_metadata"] = json_or_none(message.response_metadata)
     usage = getattr(message, "usage_metadata", None)
     if usage:
-        kept["usage_metadata"] = _json_or_none(dict(usage))
+        kept["usage_metadata"] = json_or_none(dict(usage))
     if isinstance(message, ToolMessage) and message.status != "success":
         kept["status"] = message.status
     return {k: v for k, v in kept.items() if v is not None}

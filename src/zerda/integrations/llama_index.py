@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from zerda.errors import ConfigurationError, InvalidMessageError
+from zerda.integrations._json import json_or_none
 from zerda.memory import BaseMemory, ConversationBufferMemory, ConversationTokenBufferMemory
 from zerda.messages import Message, Role, ToolCall
 from zerda.stores import AsyncStore, Store
@@ -131,14 +132,6 @@ def to_llama_index_messages(
 # -- LlamaIndex -> Zerda -------------------------------------------------------------------
 
 
-def _json_or_none(value: Any) -> Any:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return None
-    return value
-
-
 def _call(block: ToolCallBlock) -> ToolCall:
     if not block.tool_call_id:
         raise InvalidMessageError(
@@ -231,7 +224,7 @@ def from_llama_index(message: ChatMessage) -> Message:
         kept: dict[str, Any] = {}
         if thinking:
             kept["thinking"] = thinking
-        rest = _json_or_none(kwargs)
+        rest = json_or_none(kwargs)
         if rest:
             kept["additional_kwargs"] = rest
         if message.role is MessageRole.DEVELOPER:
