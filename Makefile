@@ -42,6 +42,7 @@ demo: $(VENV)/.core
 	@echo "Try: $(ZERDA) show demo        (every turn, with tokens)"
 	@echo "     $(ZERDA) show demo --context --k 1"
 	@echo "     $(ZERDA) export demo"
+	@echo "     $(BIN)/zerda replay examples/coffee-order.jsonl --token-limit 200,300"
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check $(CODE)
