@@ -15,6 +15,7 @@ pytest.importorskip(
 )
 
 from hypothesis import given
+from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
@@ -25,8 +26,9 @@ from llama_index.core.base.llms.types import (
     ToolCallBlock,
 )
 from llama_index.core.chat_engine import SimpleChatEngine
-from llama_index.core.llms import MockLLM
+from llama_index.core.llms import MockFunctionCallingLLM, MockLLM
 from llama_index.core.memory import BaseMemory as LlamaBaseMemory
+from llama_index.core.tools import FunctionTool
 
 from test_messages import messages_st
 from zerda import (
@@ -447,3 +449,56 @@ def test_simple_chat_engine_async_is_native(tmp_path: Path) -> None:
     # k=2 counts the turn being answered: the previous turn and the new message.
     assert [m.content for m in llm.seen[2]] == ["b", "two", "c"]
     assert [m.content for m in everything] == ["a", "one", "b", "two", "c", "three"]
+
+
+# -- FunctionAgent -----------------------------------------------------------------------------
+
+
+def test_function_agent_stores_its_tool_calls_whole_and_sees_them_next_run(
+    tmp_path: Path,
+) -> None:
+    seen: list[list[ChatMessage]] = []
+
+    def model(messages: Sequence[ChatMessage], **kwargs: Any) -> ChatMessage:
+        """Calls the tool for each new question, then answers with its result."""
+        seen.append(list(messages))
+        if messages[-1].role is MessageRole.USER:
+            order = int(str(messages[-1].content).split()[-1].rstrip("?"))
+            call = ToolCallBlock(
+                tool_call_id=f"call_{order}", tool_name="order_status", tool_kwargs={"order": order}
+            )
+            return ChatMessage(role="assistant", blocks=[call])
+        return ChatMessage(role="assistant", content=f"Result: {messages[-1].content}")
+
+    def order_status(order: int) -> str:
+        """The status of an order."""
+        return f'{{"order": {order}, "status": "shipped"}}'
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(order_status)],
+        llm=MockFunctionCallingLLM(response_generator=model, is_chat_model=True),
+    )
+    db = tmp_path / "agent.db"
+    zerda_memory = ConversationBufferWindowMemory(k=2, store=SQLiteStore(db), session_id="gus")
+    memory = ZerdaMemory(memory=zerda_memory)
+
+    async def run() -> list[str]:
+        return [
+            str(await agent.run(user_msg=f"Where is order {n}?", memory=memory)) for n in (42, 43)
+        ]
+
+    answers = asyncio.run(run())
+    assert answers == [
+        'Result: {"order": 42, "status": "shipped"}',
+        'Result: {"order": 43, "status": "shipped"}',
+    ]
+    stored = ConversationBufferMemory(store=SQLiteStore(db), session_id="gus").get_history()
+    assert [m.role.value for m in stored] == ["user", "assistant", "tool", "assistant"] * 2
+    assert stored[1].tool_calls == (
+        ToolCall(id="call_42", name="order_status", arguments='{"order": 42}'),
+    )
+    assert stored[2].tool_call_id == "call_42"
+    # The second run's first model call got the first turn, tool call and result, from memory.
+    second = [from_llama_index(m) for m in seen[2]]
+    assert [m.role.value for m in second] == ["user", "assistant", "tool", "assistant", "user"]
+    assert second[2].tool_call_id == second[1].tool_calls[0].id == "call_42"
