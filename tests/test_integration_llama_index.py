@@ -454,6 +454,8 @@ def test_simple_chat_engine_async_is_native(tmp_path: Path) -> None:
 # -- FunctionAgent -----------------------------------------------------------------------------
 
 
+# FunctionTool inspects pydantic models, which warns of pydantic's own deprecations.
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:inspect")
 def test_function_agent_stores_its_tool_calls_whole_and_sees_them_next_run(
     tmp_path: Path,
 ) -> None:
