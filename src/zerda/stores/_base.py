@@ -193,6 +193,22 @@ class ClosingStore:
         self.close()
 
 
+_AsyncClosing = TypeVar("_AsyncClosing", bound="AsyncClosingStore")
+
+
+class AsyncClosingStore:
+    """``async with store: ...`` closes the store (``await store.aclose()``) at the end."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self: _AsyncClosing) -> _AsyncClosing:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
     """One stored session, as ``list_sessions`` reports it (times in epoch seconds)."""

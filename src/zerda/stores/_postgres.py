@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from types import TracebackType
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -24,6 +23,7 @@ from zerda.errors import (
 from zerda.messages import Message, Role
 from zerda.stores._base import (
     EMPTY_TAIL,
+    AsyncClosingStore,
     ClosingStore,
     DecodedMessages,
     SessionInfo,
@@ -1128,7 +1128,7 @@ def _execute(conn: psycopg.Connection[Any], query: _Query) -> Rows:
 # -- the async store --------------------------------------------------------------------------
 
 
-class AsyncPostgresStore(_PostgresBase):
+class AsyncPostgresStore(_PostgresBase, AsyncClosingStore):
     """The async protocol over Postgres, on psycopg's async connections: no thread, no block.
 
     The same options, SQL and behaviour as :class:`PostgresStore`; ``pool`` is a
@@ -1342,17 +1342,6 @@ class AsyncPostgresStore(_PostgresBase):
         self._closed = True
         if self._owns_pool and self._opened:
             await self._pool.close()
-
-    async def __aenter__(self) -> AsyncPostgresStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 async def _aexecute(conn: psycopg.AsyncConnection[Any], query: _Query) -> Rows:

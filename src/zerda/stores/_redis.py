@@ -10,7 +10,6 @@ import re
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -24,6 +23,7 @@ from zerda.errors import (
 from zerda.messages import Message, Role
 from zerda.stores._base import (
     EMPTY_TAIL,
+    AsyncClosingStore,
     ClosingStore,
     SessionInfo,
     Tail,
@@ -874,7 +874,7 @@ class RedisStore(_RedisBase, ClosingStore):
             self.client.close()
 
 
-class AsyncRedisStore(_RedisBase):
+class AsyncRedisStore(_RedisBase, AsyncClosingStore):
     """The async protocol over ``redis.asyncio``: :class:`RedisStore`'s keys, scripts and
     behaviour, each call awaited on the event loop (never a blocking call in ``async def``).
 
@@ -981,14 +981,3 @@ class AsyncRedisStore(_RedisBase):
         # A client opened on a loop that has ended has nothing left to close from here.
         if self._owns_client and self._loop in (None, asyncio.get_running_loop()):
             await self.client.aclose()
-
-    async def __aenter__(self) -> AsyncRedisStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
-from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
 from zerda.errors import (
@@ -25,6 +24,7 @@ from zerda.errors import (
 from zerda.messages import Message, Role
 from zerda.stores._base import (
     EMPTY_TAIL,
+    AsyncClosingStore,
     ClosingStore,
     DecodedMessages,
     SessionInfo,
@@ -627,7 +627,7 @@ def _encode_counts(given: TokenCounts, n: int) -> list[str | None]:
         raise ConfigurationError(f"token counts must be integers: {exc}") from exc
 
 
-class AsyncSQLiteStore:
+class AsyncSQLiteStore(AsyncClosingStore):
     """The async protocol over a SQLite file, never blocking the event loop.
 
     Each store owns one worker thread that runs every sqlite3 call (through a
@@ -728,14 +728,3 @@ class AsyncSQLiteStore:
     def _close_opened(self) -> None:
         if self._store is not None:
             self._store.close()
-
-    async def __aenter__(self) -> AsyncSQLiteStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
