@@ -49,7 +49,6 @@ import asyncio
 import importlib
 import inspect
 import itertools
-import multiprocessing
 import random
 import string
 import threading
@@ -60,6 +59,7 @@ from typing import Any, ClassVar, TypeVar
 
 import pytest
 
+from _processes import run_processes
 from zerda.errors import ConfigurationError, InvalidSessionIdError
 from zerda.memory import ConversationBufferMemory
 from zerda.messages import Message, Role, ToolCall
@@ -1071,26 +1071,10 @@ class _Contract:
         s = self.open()
         recipe = self.reopen_recipe(self.raw(s))
         assert recipe is not None, "supports_processes needs reopen_recipe"
-        ctx = multiprocessing.get_context("spawn")  # no inherited locks or connections
-        barrier = ctx.Barrier(writers)
-        procs = [
-            ctx.Process(
-                target=process_writer,
-                args=(recipe, self.use_async, w, batches, size, "shared", barrier),
-            )
-            for w in range(writers)
-        ]
-        try:
-            for p in procs:
-                p.start()
-            for p in procs:
-                p.join(timeout=300)
-            assert [p.exitcode for p in procs] == [0] * writers
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+        run_processes(
+            process_writer,
+            [(recipe, self.use_async, w, batches, size, "shared") for w in range(writers)],
+        )
         history = s.history("shared")
         assert len(history) == writers * batches * size
         tail = s.tail("shared", None, "tag")

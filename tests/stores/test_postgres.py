@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import multiprocessing
 import os
 import pwd
 import shutil
@@ -36,6 +35,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 import services
 import zerda.stores._postgres as postgres_module
+from _conversations import conversation
+from _processes import run_processes
 from stores.contract import (
     AsyncStoreContract,
     FakeClock,
@@ -53,7 +54,7 @@ from zerda.errors import (
     ZerdaError,
 )
 from zerda.memory import ConversationBufferWindowMemory, ConversationTokenBufferMemory
-from zerda.messages import Message, Role, ToolCall
+from zerda.messages import Message, Role
 from zerda.stores import (
     AsyncPostgresStore,
     AsyncStore,
@@ -168,19 +169,6 @@ class TestAsyncPostgresStore(_PostgresContract, AsyncStoreContract):
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def conversation(turns: int, tag: str = "") -> list[Message]:
-    """A system prompt, then ``turns`` turns; every third one calls a tool."""
-    out = [Message(Role.SYSTEM, "You take coffee orders.")]
-    for t in range(turns):
-        out.append(Message(Role.USER, f"{tag}order {t}: a flat white, please"))
-        if t % 3 == 1:
-            call = ToolCall(f"call_{tag}{t}", "price", f'{{"item": "flat white", "n": {t}}}')
-            out.append(Message(Role.ASSISTANT, None, tool_calls=(call,)))
-            out.append(Message(Role.TOOL, "3.20", tool_call_id=call.id))
-        out.append(Message(Role.ASSISTANT, f"{tag}order {t} is on its way."))
-    return out
 
 
 def free_port() -> int:
@@ -597,25 +585,9 @@ def test_positions_stay_gap_free_under_8_writer_processes(
     cls = "AsyncPostgresStore" if use_async else "PostgresStore"
     recipe = (f"zerda.stores:{cls}", {"dsn": dsn, "schema": schema})
     PostgresStore(dsn, schema=schema).close()
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(writers)
-    procs = [
-        ctx.Process(
-            target=process_writer, args=(recipe, use_async, w, batches, 2, "shared", barrier)
-        )
-        for w in range(writers)
-    ]
-    try:
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=300)
-        assert [p.exitcode for p in procs] == [0] * writers
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
+    run_processes(
+        process_writer, [(recipe, use_async, w, batches, 2, "shared") for w in range(writers)]
+    )
     assert check_positions(dsn, schema, "shared") == writers * batches * 2
     with PostgresStore(dsn, schema=schema) as s:
         check_batches(s.history("shared"), writers, batches, s.tail("shared", None, "tag").tokens)
@@ -651,23 +623,7 @@ def memory_writer(
 def test_4_processes_x_500_turns_through_memories(dsn: str, schema: str, use_async: bool) -> None:
     writers, turns = 4, 500
     PostgresStore(dsn, schema=schema).close()
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(writers)
-    procs = [
-        ctx.Process(target=memory_writer, args=(dsn, schema, use_async, w, turns, barrier))
-        for w in range(writers)
-    ]
-    try:
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=300)
-        assert [p.exitcode for p in procs] == [0] * writers
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
+    run_processes(memory_writer, [(dsn, schema, use_async, w, turns) for w in range(writers)])
     with PostgresStore(dsn, schema=schema) as s:
         history = s.history("shared")
         assert s.tail("shared", 0).total_turns == writers * turns

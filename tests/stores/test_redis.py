@@ -6,7 +6,6 @@ import asyncio
 import functools
 import itertools
 import json
-import multiprocessing
 import os
 import re
 import shutil
@@ -30,6 +29,8 @@ import redis.asyncio.connection
 import redis.connection
 from redis.crc import key_slot
 
+from _conversations import conversation
+from _processes import run_processes
 from services import REQUIRED, RUN_ID, require_redis
 from stores.contract import AsyncStoreContract, StoreContract
 from zerda import ApproxCounter
@@ -44,7 +45,7 @@ from zerda.memory import (
     ConversationBufferWindowMemory,
     ConversationTokenBufferMemory,
 )
-from zerda.messages import Message, Role, ToolCall
+from zerda.messages import Message, Role
 from zerda.stores import (
     AsyncRedisStore,
     AsyncStore,
@@ -95,19 +96,6 @@ def raw(url: str) -> Iterator[Any]:
     client = redis.Redis.from_url(url)
     yield client
     client.close()
-
-
-def conversation(turns: int, tag: str = "") -> list[Message]:
-    """A system prompt, then ``turns`` turns; every third one calls a tool."""
-    out = [Message(Role.SYSTEM, "You take coffee orders.")]
-    for t in range(turns):
-        out.append(Message(Role.USER, f"{tag}order {t}: a flat white, please"))
-        if t % 3 == 1:
-            call = ToolCall(f"call_{tag}{t}", "price", f'{{"item": "flat white", "n": {t}}}')
-            out.append(Message(Role.ASSISTANT, None, tool_calls=(call,)))
-            out.append(Message(Role.TOOL, "3.20", tool_call_id=call.id))
-        out.append(Message(Role.ASSISTANT, f"{tag}order {t} is on its way."))
-    return out
 
 
 # -- the contract --------------------------------------------------------------------------------
@@ -601,23 +589,7 @@ def memory_writer(url: str, prefix: str, writer: int, turns: int, barrier: Any) 
 
 def test_four_processes_save_turns_through_memories_into_one_session(url: str, prefix: str) -> None:
     writers, turns = 4, 500
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(writers)
-    procs = [
-        ctx.Process(target=memory_writer, args=(url, prefix, w, turns, barrier))
-        for w in range(writers)
-    ]
-    try:
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=300)
-        assert [p.exitcode for p in procs] == [0] * writers
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
+    run_processes(memory_writer, [(url, prefix, w, turns) for w in range(writers)])
     store = RedisStore(url, prefix=prefix)
     history = store.history("shared")
     assert len(history) == 2 * writers * turns

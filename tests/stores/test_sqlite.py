@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import multiprocessing
 import signal
 import sqlite3
 import subprocess
@@ -18,6 +17,8 @@ from typing import Any
 import pytest
 
 import zerda.stores._sqlite as sqlite_module
+from _conversations import conversation
+from _processes import run_processes
 from stores.contract import AsyncStoreContract, StoreContract
 from zerda import ApproxCounter
 from zerda.errors import (
@@ -27,7 +28,7 @@ from zerda.errors import (
     ZerdaError,
 )
 from zerda.memory import ConversationBufferWindowMemory, ConversationTokenBufferMemory
-from zerda.messages import Message, Role, ToolCall
+from zerda.messages import Message, Role
 from zerda.stores import (
     AsyncSQLiteStore,
     AsyncStore,
@@ -73,19 +74,6 @@ class TestAsyncSQLiteStore(AsyncStoreContract):
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def conversation(turns: int, tag: str = "") -> list[Message]:
-    """A system prompt, then ``turns`` turns; every third one calls a tool."""
-    out = [Message(Role.SYSTEM, "You take coffee orders.")]
-    for t in range(turns):
-        out.append(Message(Role.USER, f"{tag}order {t}: a flat white, please"))
-        if t % 3 == 1:
-            call = ToolCall(f"call_{tag}{t}", "price", f'{{"item": "flat white", "n": {t}}}')
-            out.append(Message(Role.ASSISTANT, None, tool_calls=(call,)))
-            out.append(Message(Role.TOOL, "3.20", tool_call_id=call.id))
-        out.append(Message(Role.ASSISTANT, f"{tag}order {t} is on its way."))
-    return out
 
 
 def raw_connection(path: Path) -> sqlite3.Connection:
@@ -342,20 +330,7 @@ def open_and_append(path: str, writer: int, barrier: Any) -> None:
 
 def test_processes_creating_one_file_at_once_all_get_in(tmp_path: Path) -> None:
     path = tmp_path / "new" / "z.db"
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(6)
-    procs = [ctx.Process(target=open_and_append, args=(str(path), w, barrier)) for w in range(6)]
-    try:
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=120)
-        assert [p.exitcode for p in procs] == [0] * 6
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
+    run_processes(open_and_append, [(str(path), w) for w in range(6)], timeout=120)
     with SQLiteStore(path) as store:
         assert store.schema_version == len(MIGRATIONS)
         contents = [m.content or "" for m in store.history("s")]

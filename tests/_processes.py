@@ -1,0 +1,29 @@
+"""Spawned worker processes for the concurrency tests."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def run_processes(
+    target: Callable[..., None], args: Sequence[tuple[Any, ...]], timeout: float = 300
+) -> None:
+    """Run ``target(*a, barrier)`` for each ``a`` in ``args``, each in a spawned process (no
+    inherited locks or connections), all sharing one barrier so that they start together.
+    Every process must exit with status 0; any still running after ``timeout`` is killed."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(args))
+    procs = [ctx.Process(target=target, args=(*a, barrier)) for a in args]
+    try:
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=timeout)
+        assert [p.exitcode for p in procs] == [0] * len(procs)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
