@@ -13,6 +13,8 @@ from zerda.memory import (
     ConversationBufferWindowMemory,
     ConversationTokenBufferMemory,
 )
+from zerda.stores import InMemoryStore
+from zerda.stores._base import TokenCounts
 
 BUDGET = 2000
 WINDOW = 10
@@ -66,3 +68,43 @@ def time_turns(memory: BaseMemory, timed: Sequence[Turn]) -> tuple[float, int]:
         get()
     elapsed = time.perf_counter() - start
     return elapsed / len(timed), len(get())
+
+
+def time_in_memory(
+    kind: str,
+    log: Sequence[Message],
+    counts: TokenCounts,
+    counter: TiktokenCounter,
+    timed: Sequence[Turn],
+) -> float:
+    """Seconds per turn of the same turns over an ``InMemoryStore`` holding the same session:
+    the reference each store is compared with."""
+    reference = InMemoryStore()
+    reference.append("run", list(log), counts)
+    seconds, _ = time_turns(make_memory(kind, reference, counter, "run"), timed)
+    return seconds
+
+
+def print_turn_table(rows: Sequence[Any], store: str, field: str) -> dict[str, float]:
+    """Print the per-turn rows (``field`` holds the store's µs per turn) as a markdown table,
+    then, per memory, the time at the largest session over the time at the smallest; return
+    those ratios."""
+    print(
+        f"| memory | messages in session | {store} µs/turn | in-memory µs/turn | context messages |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r.memory} | {r.messages_in_session:,} | {getattr(r, field)} | {r.in_memory_us} "
+            f"| {r.context_messages} |"
+        )
+    ratios: dict[str, float] = {}
+    print()
+    for label in KINDS.values():
+        same = [r for r in rows if r.memory == label]
+        ratios[label] = round(getattr(same[-1], field) / getattr(same[0], field), 2)
+        print(
+            f"- {label}: per turn at {same[-1].messages_in_session:,} / at "
+            f"{same[0].messages_in_session:,} messages = {ratios[label]}"
+        )
+    return ratios

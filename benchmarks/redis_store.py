@@ -49,7 +49,18 @@ from typing import Any
 import redis
 import redis.connection
 from _sessions import session_turns
-from _turns import BUDGET, KINDS, WINDOW, flatten, make_memory, preceding, split, time_turns
+from _turns import (
+    BUDGET,
+    KINDS,
+    WINDOW,
+    flatten,
+    make_memory,
+    preceding,
+    print_turn_table,
+    split,
+    time_in_memory,
+    time_turns,
+)
 
 from zerda import Message, TiktokenCounter, Turn
 from zerda.memory import (
@@ -181,9 +192,7 @@ def per_turn(
                     )
                 key = (kind, size, "redis")
                 best[key] = min(best.get(key, seconds), seconds)
-                reference = InMemoryStore()
-                reference.append("run", logs[size], counts[size])
-                seconds, _ = time_turns(make_memory(kind, reference, counter, "run"), timed)
+                seconds = time_in_memory(kind, logs[size], counts[size], counter, timed)
                 key = (kind, size, "memory")
                 best[key] = min(best.get(key, seconds), seconds)
     return [
@@ -437,22 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"token memory: budget {BUDGET}, tiktoken {ENCODING}"
     )
     print()
-    print("| memory | messages in session | Redis µs/turn | in-memory µs/turn | context messages |")
-    print("|---|---:|---:|---:|---:|")
-    for r in turn_rows:
-        print(
-            f"| {r.memory} | {r.messages_in_session:,} | {r.redis_us} | {r.in_memory_us} "
-            f"| {r.context_messages} |"
-        )
-    ratios: dict[str, float] = {}
-    print()
-    for label in KINDS.values():
-        same = [r for r in turn_rows if r.memory == label]
-        ratios[label] = round(same[-1].redis_us / same[0].redis_us, 2)
-        print(
-            f"- {label}: per turn at {same[-1].messages_in_session:,} / at "
-            f"{same[0].messages_in_session:,} messages = {ratios[label]}"
-        )
+    ratios = print_turn_table(turn_rows, "Redis", "redis_us")
     print()
     print(
         "Round trips per call: packets the client sent, and the server's INFO commandstats "

@@ -35,7 +35,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from _sessions import session_turns
-from _turns import BUDGET, KINDS, WINDOW, flatten, make_memory, preceding, split, time_turns
+from _turns import (
+    BUDGET,
+    KINDS,
+    WINDOW,
+    flatten,
+    make_memory,
+    preceding,
+    print_turn_table,
+    split,
+    time_in_memory,
+    time_turns,
+)
 
 from zerda import Message, TiktokenCounter, Turn
 from zerda.stores import InMemoryStore, SQLiteStore
@@ -115,9 +126,7 @@ def per_turn(
                 path.unlink()
                 key = (kind, size, "sqlite")
                 best[key] = min(best.get(key, seconds), seconds)
-                reference = InMemoryStore()
-                reference.append("bench", logs[size], counts[size])
-                seconds, _ = time_turns(make_memory(kind, reference, counter), timed)
+                seconds = time_in_memory(kind, logs[size], counts[size], counter, timed)
                 key = (kind, size, "memory")
                 best[key] = min(best.get(key, seconds), seconds)
     return [
@@ -278,24 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"token memory: budget {BUDGET}, tiktoken {ENCODING}"
     )
     print()
-    print(
-        "| memory | messages in session | SQLite µs/turn | in-memory µs/turn | context messages |"
-    )
-    print("|---|---:|---:|---:|---:|")
-    for r in turn_rows:
-        print(
-            f"| {r.memory} | {r.messages_in_session:,} | {r.sqlite_us} | {r.in_memory_us} "
-            f"| {r.context_messages} |"
-        )
-    ratios: dict[str, float] = {}
-    print()
-    for label in KINDS.values():
-        same = [r for r in turn_rows if r.memory == label]
-        ratios[label] = round(same[-1].sqlite_us / same[0].sqlite_us, 2)
-        print(
-            f"- {label}: per turn at {same[-1].messages_in_session:,} / at "
-            f"{same[0].messages_in_session:,} messages = {ratios[label]}"
-        )
+    ratios = print_turn_table(turn_rows, "SQLite", "sqlite_us")
     print()
     print(f"Tail read (newest {WINDOW} turns with token counts), mean µs per read")
     print()

@@ -15,25 +15,30 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "taskmaster4-coffee.jsonl.gz"
 
 
-@pytest.mark.skipif(not DATA.exists(), reason=f"shared data set not found at {DATA}")
-def test_token_buffer_benchmark_runs_and_stays_in_budget(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
+def run_script(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``benchmarks/<script>`` with ``args``; it must exit with status 0."""
     run = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "token_buffer.py"),
-            "--sizes=300,600",
-            "--turns=20",
-            "--repeat=1",
-            "--budget=500",
-            f"--json={out}",
-        ],
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+    return run
+
+
+@pytest.mark.skipif(not DATA.exists(), reason=f"shared data set not found at {DATA}")
+def test_token_buffer_benchmark_runs_and_stays_in_budget(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    run = run_script(
+        "token_buffer.py",
+        "--sizes=300,600",
+        "--turns=20",
+        "--repeat=1",
+        "--budget=500",
+        f"--json={out}",
+    )
     result = json.loads(out.read_text())
     sizes = [row["messages_in_session"] for row in result["rows"]]
     assert len(sizes) == 2
@@ -49,20 +54,7 @@ def test_token_buffer_benchmark_runs_and_stays_in_budget(tmp_path: Path) -> None
 @pytest.mark.skipif(not DATA.exists(), reason=f"shared data set not found at {DATA}")
 def test_sqlite_benchmark_runs(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "sqlite_store.py"),
-            "--quick",
-            f"--dir={tmp_path}",
-            f"--json={out}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    run = run_script("sqlite_store.py", "--quick", f"--dir={tmp_path}", f"--json={out}")
     result = json.loads(out.read_text())
     assert result, "the benchmark wrote no results"
     assert "|" in run.stdout
@@ -77,20 +69,7 @@ def test_sqlite_benchmark_runs(tmp_path: Path) -> None:
 def test_server_benchmarks_run(tmp_path: Path, script: str, server: str) -> None:
     target = require_redis() if script.startswith("redis") else require_postgres()
     out = tmp_path / "bench.json"
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / script),
-            f"{server}={target}",
-            "--quick",
-            f"--json={out}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    run = run_script(script, f"{server}={target}", "--quick", f"--json={out}")
     assert json.loads(out.read_text()), "the benchmark wrote no results"
     assert "|" in run.stdout
 
@@ -111,17 +90,10 @@ CHECKS = ("over_budget", "not_on_user", "result_without_call", "call_without_res
 
 @pytest.mark.skipif(not DATA.exists(), reason=f"shared data set not found at {DATA}")
 def test_compare_benchmark_runs_every_peer_and_zerda_passes_every_check(tmp_path: Path) -> None:
-    command = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "compare.py"),
-        "--sizes=60,120",
-        "--time-box=5",
-        f"--out={tmp_path}",
-    ]
-    if REQUIRED:
-        command.append("--require-services")
-    run = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
-    assert run.returncode == 0, run.stdout + run.stderr
+    services = ["--require-services"] if REQUIRED else []
+    run_script(
+        "compare.py", "--sizes=60,120", "--time-box=5", f"--out={tmp_path}", *services, timeout=900
+    )
 
     report = json.loads((tmp_path / "compare.json").read_text())
     assert report["budget"] == 2000
