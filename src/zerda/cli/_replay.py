@@ -38,6 +38,7 @@ __all__ = [
     "check_plot",
     "conversations",
     "draw",
+    "full_history",
     "replay",
     "run_command",
     "summarize",
@@ -188,25 +189,40 @@ class ReplayOverflowError(ZerdaError):
         self.turn = turn
 
 
+def full_history(conversations: Sequence[Conversation], counter: TokenCounter) -> list[int]:
+    """Per turn, in order, the tokens of the whole conversation so far by ``counter``: what
+    sending the full history would cost. It does not depend on the memory, so a replay of
+    several settings counts it once."""
+    priming = counter.count_messages([])
+    out: list[int] = []
+    for conversation in conversations:
+        # The counters are additive: the whole prompt is its messages plus the priming.
+        full = priming + sum(map(counter.count_message, conversation.pinned))
+        for turn in conversation.turns:
+            full += sum(map(counter.count_message, turn.messages))
+            out.append(full)
+    return out
+
+
 def replay(
-    conversations: Sequence[Conversation], setting: Setting, counter: TokenCounter
+    conversations: Sequence[Conversation],
+    setting: Setting,
+    counter: TokenCounter,
+    full: Sequence[int] | None = None,
 ) -> Iterator[TurnRow]:
     """Replay each conversation as its own session, one turn at a time: a row per turn.
 
     After each turn: ``get_context()`` and ``get_memory_stats()`` of the memory, and the
-    tokens the whole conversation so far would cost, by ``counter``.
+    tokens the whole conversation so far would cost (``full``, from :func:`full_history`,
+    computed here when not given).
     """
-    priming = counter.count_messages([])
+    fulls = iter(full_history(conversations, counter) if full is None else full)
     for conversation in conversations:
         memory = setting.memory_for(counter)
-        full = priming
         if conversation.pinned:
             memory.add_messages(conversation.pinned)
-            full += sum(map(counter.count_message, conversation.pinned))
         for turn in conversation.turns:
             memory.add_messages(turn.messages)
-            # The counters are additive: the whole prompt is its messages plus the priming.
-            full += sum(map(counter.count_message, turn.messages))
             try:
                 context = memory.get_context()
             except ContextOverflowError as exc:
@@ -230,7 +246,7 @@ def replay(
                 messages_added=len(turn.messages),
                 context_messages=len(context),
                 context_tokens=tokens,
-                full_history_tokens=full,
+                full_history_tokens=next(fulls),
                 turns_in_context=in_context,
                 turns_evicted=evicted,
                 truncated=bool(stats.get("truncated", False)),
@@ -275,7 +291,7 @@ def summarize(rows: Sequence[TurnRow]) -> Summary:
     )
 
 
-def _full_history(rows: Sequence[TurnRow]) -> dict[str, Any]:
+def _full_history_summary(rows: Sequence[TurnRow]) -> dict[str, Any]:
     tokens = [r.full_history_tokens for r in rows]
     return {
         "mean_context_tokens": statistics.fmean(tokens) if tokens else 0.0,
@@ -445,12 +461,13 @@ def run_command(
     if not total_turns:
         raise ZerdaError(f"{name} holds no turns (only system messages); nothing to replay")
     runs = []
+    full = full_history(found, counter)
     progress = Progress(err, total_turns * len(settings))
     try:
         for setting in settings:
             rows = []
             try:
-                for row in replay(found, setting, counter):
+                for row in replay(found, setting, counter, full):
                     rows.append(row)
                     progress.advance(setting.label)
             except ReplayOverflowError as exc:
@@ -472,7 +489,7 @@ def run_command(
             "counter": counter.name,
             "memory": MEMORY_CLASSES[kind],
             "runs": [r.as_json() for r in runs],
-            "full_history": _full_history(runs[0].rows),
+            "full_history": _full_history_summary(runs[0].rows),
             "plot": plot,
         }
         print(json.dumps(result, indent=2, ensure_ascii=False), file=out)
@@ -575,7 +592,7 @@ def _print_summary(out: TextIO, runs: Sequence[Run], counter: TokenCounter) -> N
                 s.truncated_turns,
             )
         )
-    full = _full_history(runs[0].rows)
+    full = _full_history_summary(runs[0].rows)
     rows.append(
         (
             "full history",
