@@ -30,7 +30,12 @@ from stores.contract import (
     tagged_batch,
     tagged_tokens,
 )
-from zerda.errors import ConfigurationError, CorruptDataError, StoreUnavailableError
+from zerda.errors import (
+    ConfigurationError,
+    CorruptDataError,
+    InvalidMessageError,
+    StoreUnavailableError,
+)
 from zerda.memory import ConversationBufferWindowMemory, ConversationTokenBufferMemory
 from zerda.messages import Message, Role, ToolCall
 from zerda.stores import AsyncStore, InMemoryStore, JSONFileStore, Store, Tail
@@ -172,10 +177,18 @@ def test_everything_round_trips_through_a_reopen(path: Path, clock: FakeClock) -
     assert reads(again) == reads(reference)
 
 
-def test_lone_surrogates_round_trip(path: Path) -> None:
-    odd = Message(Role.USER, "half a pair: \ud83d, and é")
-    JSONFileStore(path).append("s", [odd])
-    assert JSONFileStore(path).history("s") == [odd]
+def test_a_file_holding_a_lone_surrogate_is_refused_as_it_is(path: Path) -> None:
+    """Zerda refuses text with no UTF-8 form; a file that holds some (escaped, as an older
+    version wrote it) reads as corrupt and is left untouched."""
+    with pytest.raises(InvalidMessageError, match="lone surrogate"):
+        Message(Role.USER, "half a pair: \ud83d, and é")
+    store = JSONFileStore(path)
+    store.append("s", [Message(Role.USER, "fine")])
+    data = path.read_bytes().replace(b'"fine"', b'"half a pair: \\ud83d"')
+    path.write_bytes(data)
+    with pytest.raises(CorruptDataError, match="lone surrogate"):
+        JSONFileStore(path).history("s")
+    assert path.read_bytes() == data
 
 
 def test_a_missing_file_is_an_empty_store_and_reads_create_nothing(tmp_path: Path) -> None:

@@ -198,6 +198,40 @@ def test_a_new_migration_is_applied_once_in_order(
     assert [name for name, _ in applied(path)][-1] == "m900_add_notes"
 
 
+def test_a_file_from_before_message_ids_migrates_and_keeps_its_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "z.db"
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", MIGRATIONS[:1])
+    SQLiteStore(path).close()
+    assert [name for name, _ in applied(path)] == ["m001_sessions_and_messages"]
+    monkeypatch.undo()
+    # What the first schema's code wrote: two messages and metadata, without ids.
+    old = [Message(Role.USER, "old q"), Message(Role.ASSISTANT, "old a")]
+    db = raw_connection(path)
+    db.execute(
+        "INSERT INTO sessions (session_id, created_at, updated_at, metadata, next_seq, "
+        "next_turn) VALUES ('s', 1, 1, '{\"k\":1}', 2, 1)"
+    )
+    for seq, m in enumerate(old):
+        db.execute(
+            "INSERT INTO messages VALUES (1, 0, ?, ?, ?, ?)",
+            (seq, m.role.value, m.to_json(), f'{{"x":{seq + 1}}}'),
+        )
+    db.commit()
+    db.close()
+    new = [Message(Role.USER, "q", id="q1"), Message(Role.ASSISTANT, "a", id="a1")]
+    with SQLiteStore(path) as store:
+        assert store.schema_version == len(MIGRATIONS)
+        assert store.history("s") == old
+        assert store.append("s", new, {"x": [3, 4]}) == 2
+        assert store.append("s", new, {"x": [3, 4]}) == 0
+        assert store.history("s") == old + new
+        tail = store.tail("s", None, "x")
+        assert (list(tail.tokens), dict(tail.metadata)) == ([1, 2, 3, 4], {"k": 1})
+    assert [name for name, _ in applied(path)] == [m.__name__ for m in MIGRATIONS]
+
+
 def test_a_failing_migration_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerda.stores._base import (
     MAX_SESSION_ID_LENGTH,
+    RESERVED_PREFIX,
     AsyncStore,
     SessionInfo,
     Store,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_SESSION_ID_LENGTH",
+    "RESERVED_PREFIX",
     "AsyncPostgresStore",
     "AsyncRedisStore",
     "AsyncSQLiteStore",

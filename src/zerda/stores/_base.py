@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from zerda.errors import (
     ConfigurationError,
@@ -15,20 +16,37 @@ from zerda.errors import (
     InvalidMessageError,
     InvalidSessionIdError,
 )
-from zerda.messages import Message
+from zerda.messages import Message, check_json_value
 
 __all__ = [
     "MAX_SESSION_ID_LENGTH",
+    "RESERVED_PREFIX",
+    "AsyncOverThread",
     "AsyncStore",
+    "BoundedCache",
     "SessionInfo",
     "Store",
     "Tail",
+    "ThreadedAsync",
     "TokenCounts",
+    "canonical_json",
     "check_batch",
     "check_retention",
     "check_session_id",
+    "check_timeout",
     "metadata_copy",
+    "new_ids",
+    "redact",
+    "same_json",
 ]
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_T = TypeVar("_T")
+
+RESERVED_PREFIX = "zerda."
+"""Session metadata keys starting with this are Zerda's own (``zerda.summary``):
+``update_metadata`` refuses them; ``compare_and_set`` is the way to change them."""
 
 MAX_SESSION_ID_LENGTH = 200
 _SESSION_ID = re.compile(r"[A-Za-z0-9_.:@+=\-]+")
@@ -77,11 +95,30 @@ def check_retention(ttl: float | None, max_messages: int | None) -> None:
         )
 
 
+def check_timeout(timeout: object, *, zero: bool = False) -> float:
+    """``timeout`` as float seconds: a finite number > 0 (or >= 0 with ``zero``), else
+    :class:`ConfigurationError`."""
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        low = timeout >= 0 if zero else timeout > 0
+        if low and timeout < math.inf:
+            return float(timeout)
+    bound = ">= 0" if zero else "> 0"
+    raise ConfigurationError(f"timeout must be a number of seconds {bound}, got {timeout!r}")
+
+
 def check_batch(messages: Sequence[Message], tokens: TokenCounts | None) -> None:
-    """Refuse a batch that is not Messages, or whose counts do not match it, before any write."""
+    """Refuse a batch that is not Messages, that holds one id twice, or whose counts do not
+    match it, before any write."""
     for m in messages:
         if not isinstance(m, Message):
             raise ConfigurationError(f"a store appends Message objects, got {type(m).__name__}")
+    ids = [m.id for m in messages if m.id is not None]
+    if len(set(ids)) < len(ids):
+        twice = next(i for n, i in enumerate(ids) if i in ids[:n])
+        raise ConfigurationError(
+            f"the batch holds message id {twice!r} twice; ids identify messages, "
+            "so a batch names each once"
+        )
     for name, counts in (tokens or {}).items():
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"a counter name must be a non-empty string, got {name!r}")
@@ -94,15 +131,111 @@ def check_batch(messages: Sequence[Message], tokens: TokenCounts | None) -> None
                 raise ConfigurationError(f"token counts must be integers >= 0, got {n!r}")
 
 
-def metadata_copy(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep, JSON-checked copy of session metadata (what every backend can store)."""
+def metadata_copy(values: Mapping[str, Any], *, reserved: bool = False) -> dict[str, Any]:
+    """A deep, JSON-checked copy of session metadata (what every backend can store).
+
+    Keys under :data:`RESERVED_PREFIX` are refused unless ``reserved`` (Zerda's own writes).
+    """
     if not isinstance(values, Mapping) or not all(isinstance(k, str) for k in values):
         raise ConfigurationError("session metadata must be a dict with string keys")
+    if not reserved:
+        for key in values:
+            if key.startswith(RESERVED_PREFIX):
+                raise ConfigurationError(
+                    f"metadata key {key!r} is reserved: keys starting with "
+                    f"{RESERVED_PREFIX!r} hold Zerda's own state (the summary); pick another "
+                    "name, or use compare_and_set to change it on purpose"
+                )
+    check_json_value(values, "session metadata", ConfigurationError)
     try:
         copied: dict[str, Any] = json.loads(json.dumps(dict(values), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"session metadata must be JSON-serializable: {exc}") from exc
     return copied
+
+
+def canonical_json(value: Any) -> str:
+    """``value`` as compact JSON with sorted keys: one text per JSON value."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two decoded JSON values are equal, as ``compare_and_set`` compares them:
+    objects whatever their key order, numbers by value (``1 == 1.0``), ``true`` never a number.
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(same_json, a, b))
+    return type(a) is type(b) and a == b
+
+
+def new_ids(messages: Sequence[Message], held: Callable[[str], bool]) -> list[int]:
+    """The positions in ``messages`` to store: every message without an id, and those whose
+    id ``held`` says the session does not hold yet."""
+    return [i for i, m in enumerate(messages) if m.id is None or not held(m.id)]
+
+
+# -- redaction ----------------------------------------------------------------------------------
+
+# ``scheme://user:password@``: the password runs to the last @ of the authority.
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*:)[^\s/?#]*(@)")
+# ``password=...`` in a query (?password= / &password=) or a libpq key/value string, the
+# value maybe quoted ('it''s' or 'a\'b').
+_KEY_PASSWORD = re.compile(
+    r"((?:^|[?&;\s])password\s*=\s*)('(?:[^'\\]|\\.|'')*'?|[^\s&;]*)", re.IGNORECASE
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with every password in it replaced by ``***``: in URLs (``user:pw@host``,
+    ``?password=`` and ``&password=``, any case) and in libpq key/value strings
+    (``password=pw``, quoted or not). The one redactor every store, error, log line and the
+    CLI use, so that no form of a store's address shows its password."""
+    text = _URL_PASSWORD.sub(r"\1***\2", text)
+    return _KEY_PASSWORD.sub(r"\1***", text)
+
+
+# -- a cache that never grows past its size -------------------------------------------------------
+
+
+class BoundedCache(Generic[_K, _V]):
+    """A dict that forgets everything when full.
+
+    Dropping everything keeps every step a single dict operation, safe between threads
+    without a lock; the values cached here are immutable or never changed, so sharing them is
+    safe. For what readers decode again and again: stored messages, token counts, log elements.
+    """
+
+    __slots__ = ("_items", "get", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: dict[_K, _V] = {}
+        # The dict's own method: a lookup is one C call, as readers make many per tail.
+        self.get: Callable[[_K], _V | None] = self._items.get
+
+    def put(self, key: _K, value: _V) -> None:
+        if len(self._items) >= self.size:
+            self._items.clear()
+        self._items[key] = value
+
+    def put_many(self, pairs: Sequence[tuple[_K, _V]]) -> None:
+        """Remember the last ``size`` of ``pairs``, clearing first if they would not fit."""
+        pairs = pairs[len(pairs) - min(len(pairs), self.size) :]
+        if len(self._items) + len(pairs) > self.size:
+            self._items.clear()
+        self._items.update(pairs)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 @dataclass(slots=True)  # not frozen: built on every read, and frozen init is slow
@@ -115,7 +248,8 @@ class Tail:
     ``tokens`` and ``system_tokens`` hold, for the counter asked for, each message's stored
     count, or ``None`` where no count by that counter was stored; both are empty when no
     counter was asked for. ``total_turns`` and ``total_messages`` count what the store holds
-    for the session.
+    for the session. ``metadata`` is the session's metadata, read in the same snapshot (a
+    summary and the messages it covers always agree). Treat a tail as read-only.
     """
 
     system: tuple[Message, ...]
@@ -125,6 +259,7 @@ class Tail:
     total_messages: int
     tokens: Sequence[int | None] = ()
     system_tokens: Sequence[int | None] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -132,24 +267,24 @@ class Tail:
         return len(self.turn_starts) == self.total_turns
 
 
-EMPTY_TAIL = Tail((), (), (), 0, 0)
+def empty_tail() -> Tail:
+    """The tail of a session that does not exist."""
+    return Tail((), (), (), 0, 0)
 
 
 class DecodedMessages:
     """Recently decoded messages, by their stored JSON text, for stores that keep text.
 
     Tails overlap from one read to the next, and decoding (parsing and validating) costs more
-    than the query. Messages are immutable, so sharing them is safe. Dropping everything when
-    full keeps every step a single dict operation, safe between threads without a lock.
+    than the query. Messages are immutable, so sharing them is safe.
     """
 
     def __init__(self, size: int = 4096) -> None:
-        self.size = size
-        self._items: dict[str, Message] = {}
+        self._cache: BoundedCache[str, Message] = BoundedCache(size)
 
     def decode(self, body: str, where: str, session_id: str, remember: bool = True) -> Message:
         """The message stored as ``body``; ``where`` names the store in a decoding error."""
-        message = self._items.get(body)
+        message = self._cache.get(body)
         if message is not None:
             return message
         try:
@@ -159,22 +294,29 @@ class DecodedMessages:
                 f"{where}: session {session_id!r} holds a message that cannot be decoded: {exc}"
             ) from exc
         if remember:
-            if len(self._items) >= self.size:
-                self._items.clear()
-            self._items[body] = message
+            self._cache.put(body, message)
         return message
 
     def add(self, bodies: Sequence[str], messages: Sequence[Message]) -> None:
         """Remember messages just written, so that the next tail finds them decoded."""
-        n = min(len(bodies), self.size)
-        if len(self._items) + n > self.size:
-            self._items.clear()
-        self._items.update(
-            zip(bodies[len(bodies) - n :], messages[len(messages) - n :], strict=True)
-        )
+        self._cache.put_many(list(zip(bodies, messages, strict=True)))
 
     def clear(self) -> None:
-        self._items.clear()
+        self._cache.clear()
+
+
+def decode_metadata(text: str, where: str, session_id: str) -> dict[str, Any]:
+    """A session's metadata from its JSON text; ``CorruptDataError`` naming ``where`` if it is
+    not a JSON object."""
+    try:
+        metadata = json.loads(text)
+        if not isinstance(metadata, dict):
+            raise TypeError(f"expected a JSON object, got {text[:60]!r}")
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise CorruptDataError(
+            f"{where}: the metadata of session {session_id!r} cannot be decoded: {exc}"
+        ) from exc
+    return metadata
 
 
 _Closing = TypeVar("_Closing", bound="ClosingStore")
@@ -228,16 +370,33 @@ class Store(Protocol):
     Writes are atomic per call; a session that does not exist reads as empty. Stores take
     ``ttl`` (seconds of inactivity after which a session expires) and ``max_messages`` (keep
     at least the last N messages of a session, dropping whole turns, system messages kept).
+
+    A message's ``id`` identifies it in its session: appending a message whose id the session
+    already holds stores nothing for it, in the same atomic step, so a retry after an unknown
+    outcome never stores a message twice (messages without an id are always stored).
     """
 
     def append(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
-        """Append a batch atomically and in order, with its token counts if given."""
+    ) -> int:
+        """Append a batch atomically and in order, with its token counts if given; how many
+        messages were stored (those whose id the session held are skipped)."""
+        ...
+
+    def append_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        """:meth:`append`, then :meth:`tail` as it is right after, in one round trip."""
         ...
 
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
-        """The newest ``turns`` turns (all for ``None``), reading no more than that."""
+        """The newest ``turns`` turns (all for ``None``) and the session's metadata, in one
+        snapshot, reading no more than that."""
         ...
 
     def history(self, session_id: str) -> list[Message]:
@@ -249,7 +408,18 @@ class Store(Protocol):
         ...
 
     def update_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
-        """Merge ``values`` into the session's metadata; a ``None`` value removes its key."""
+        """Merge ``values`` into the session's metadata; a ``None`` value removes its key.
+        Keys starting with ``zerda.`` are reserved (:data:`RESERVED_PREFIX`) and refused."""
+        ...
+
+    def compare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        """Set metadata ``key`` to ``value`` (``None`` removes it) if it now holds
+        ``expected`` (``None``: absent), as one atomic step; whether it did.
+
+        Values compare as JSON values (:func:`same_json`: key order aside, numbers by
+        value). Any key may be set this way, reserved ones included: it is how summaries are
+        written, so that two workers folding one session never both succeed.
+        """
         ...
 
     def list_sessions(self) -> list[SessionInfo]:
@@ -277,7 +447,16 @@ class AsyncStore(Protocol):
 
     async def aappend(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None: ...
+    ) -> int: ...
+
+    async def aappend_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]: ...
 
     async def atail(
         self, session_id: str, turns: int | None, counter: str | None = None
@@ -289,6 +468,10 @@ class AsyncStore(Protocol):
 
     async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None: ...
 
+    async def acompare_and_set(
+        self, session_id: str, key: str, expected: Any, value: Any
+    ) -> bool: ...
+
     async def alist_sessions(self) -> list[SessionInfo]: ...
 
     async def adelete_session(self, session_id: str) -> bool: ...
@@ -298,3 +481,81 @@ class AsyncStore(Protocol):
     async def apurge_expired(self) -> int: ...
 
     async def aclose(self) -> None: ...
+
+
+class ThreadedAsync:
+    """The :class:`AsyncStore` methods of a store whose I/O blocks: each runs the sync method
+    in a worker thread, so the event loop never waits on it.
+
+    A class mixes this in and says where the sync methods are (``_threaded``: by default the
+    object itself) and, if it must, how to reach its thread (``_in_thread``: by default
+    ``asyncio.to_thread``; a store whose connection lives in one thread overrides it).
+    """
+
+    def _threaded(self) -> Store:
+        return self  # type: ignore[return-value]  # mixed into a class that is a Store
+
+    async def _in_thread(self, call: Callable[[Store], _T]) -> _T:
+        store = self._threaded()
+        return await asyncio.to_thread(call, store)
+
+    async def aappend(
+        self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
+    ) -> int:
+        return await self._in_thread(lambda s: s.append(session_id, messages, tokens))
+
+    async def aappend_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        return await self._in_thread(
+            lambda s: s.append_then_tail(session_id, messages, tokens, turns, counter)
+        )
+
+    async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
+        return await self._in_thread(lambda s: s.tail(session_id, turns, counter))
+
+    async def ahistory(self, session_id: str) -> list[Message]:
+        return await self._in_thread(lambda s: s.history(session_id))
+
+    async def aget_metadata(self, session_id: str) -> dict[str, Any]:
+        return await self._in_thread(lambda s: s.get_metadata(session_id))
+
+    async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
+        await self._in_thread(lambda s: s.update_metadata(session_id, values))
+
+    async def acompare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        return await self._in_thread(lambda s: s.compare_and_set(session_id, key, expected, value))
+
+    async def alist_sessions(self) -> list[SessionInfo]:
+        return await self._in_thread(lambda s: s.list_sessions())
+
+    async def adelete_session(self, session_id: str) -> bool:
+        return await self._in_thread(lambda s: s.delete_session(session_id))
+
+    async def aclear(self) -> None:
+        await self._in_thread(lambda s: s.clear())
+
+    async def apurge_expired(self) -> int:
+        return await self._in_thread(lambda s: s.purge_expired())
+
+    async def aclose(self) -> None:
+        await self._in_thread(lambda s: s.close())
+
+
+class AsyncOverThread(ThreadedAsync):
+    """An :class:`AsyncStore` over a sync :class:`Store`: what an async memory method uses
+    when its store has no async methods of its own."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _threaded(self) -> Store:
+        return self.store
+
+    def __repr__(self) -> str:
+        return f"AsyncOverThread({self.store!r})"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import os
@@ -20,6 +19,7 @@ from zerda.stores._base import (
     ClosingStore,
     SessionInfo,
     Tail,
+    ThreadedAsync,
     TokenCounts,
     check_batch,
     check_retention,
@@ -57,7 +57,7 @@ def _process_lock(key: str) -> threading.Lock:
         return _PROCESS_LOCKS.setdefault(key, threading.Lock())
 
 
-class JSONFileStore(ClosingStore):
+class JSONFileStore(ThreadedAsync, ClosingStore):
     """Every session in one JSON file you can read: for small deployments, fixtures and tests.
 
     It behaves exactly like :class:`~zerda.stores.InMemoryStore` (which does the work on a
@@ -79,8 +79,6 @@ class JSONFileStore(ClosingStore):
     :class:`~zerda.errors.CorruptDataError` naming it, and is never written over. A missing
     file is an empty store; the first write creates it, and any missing parent folders.
 
-    The async methods run the sync ones in a worker thread, as the file I/O blocks.
-
     The document::
 
         {"format": "zerda-json", "version": 1, "sessions": {
@@ -89,7 +87,8 @@ class JSONFileStore(ClosingStore):
                            "messages": [<Message.to_dict()>, ...]}}}
 
     ``messages`` is the session's ``history()``, one message per line; ``tokens`` has one
-    column per counter, aligned with it.
+    column per counter, aligned with it. Its async methods run the sync ones in a worker
+    thread, as the file I/O blocks.
     """
 
     def __init__(
@@ -138,11 +137,27 @@ class JSONFileStore(ClosingStore):
 
     def append(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
+    ) -> int:
         check_session_id(session_id)
         check_batch(messages, tokens)
         _check_counts(tokens)
-        self._write(session_id, lambda mem: mem.append(session_id, messages, tokens))
+        return self._write(session_id, lambda mem: mem.append(session_id, messages, tokens))
+
+    def append_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        check_session_id(session_id)
+        check_batch(messages, tokens)
+        _check_counts(tokens)
+        return self._write(
+            session_id,
+            lambda mem: mem.append_then_tail(session_id, messages, tokens, turns, counter),
+        )
 
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         # The file is read whole anyway (only when another store changed it); the tail itself
@@ -159,6 +174,15 @@ class JSONFileStore(ClosingStore):
         check_session_id(session_id)
         copied = metadata_copy(values)
         self._write(session_id, lambda mem: mem.update_metadata(session_id, copied))
+
+    def compare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        check_session_id(session_id)
+        metadata_copy({key: value}, reserved=True)  # refuse a bad value before the lock
+        return self._write(
+            session_id,
+            lambda mem: mem.compare_and_set(session_id, key, expected, value),
+            save=bool,
+        )
 
     def list_sessions(self) -> list[SessionInfo]:
         return self._read(lambda mem: mem.list_sessions())
@@ -184,40 +208,6 @@ class JSONFileStore(ClosingStore):
             self._mem.clear()
             self._encoded, self._codec = {}, _Codec()
             self._seen = None
-
-    # -- async twins: the file I/O blocks, so they run the sync methods in a worker thread ----
-
-    async def aappend(
-        self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
-        await asyncio.to_thread(self.append, session_id, messages, tokens)
-
-    async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
-        return await asyncio.to_thread(self.tail, session_id, turns, counter)
-
-    async def ahistory(self, session_id: str) -> list[Message]:
-        return await asyncio.to_thread(self.history, session_id)
-
-    async def aget_metadata(self, session_id: str) -> dict[str, Any]:
-        return await asyncio.to_thread(self.get_metadata, session_id)
-
-    async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
-        await asyncio.to_thread(self.update_metadata, session_id, values)
-
-    async def alist_sessions(self) -> list[SessionInfo]:
-        return await asyncio.to_thread(self.list_sessions)
-
-    async def adelete_session(self, session_id: str) -> bool:
-        return await asyncio.to_thread(self.delete_session, session_id)
-
-    async def aclear(self) -> None:
-        await asyncio.to_thread(self.clear)
-
-    async def apurge_expired(self) -> int:
-        return await asyncio.to_thread(self.purge_expired)
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self.close)
 
     # -- one operation: lock, reload if the file changed, apply, save ----------------------------
 
@@ -480,14 +470,11 @@ def _no_constant(name: str) -> None:
 
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
-_ENCODE_ASCII = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def _dumps(value: Any) -> bytes:
-    try:
-        return _ENCODE(value).encode()
-    except UnicodeEncodeError:  # a lone surrogate: escaped, it is valid JSON and UTF-8
-        return _ENCODE_ASCII(value).encode()
+    # Messages and metadata hold valid Unicode only (they are checked), so UTF-8 never fails.
+    return _ENCODE(value).encode()
 
 
 def _layout(head: dict[str, Any], messages: Sequence[bytes]) -> bytes:
@@ -579,7 +566,7 @@ def _decode_session(value: object, codec: _Codec) -> _Session:
         raise ValueError(f"unknown keys {sorted(unknown)}")
     created_at = _seconds(value.get("created_at"), "created_at")
     updated_at = _seconds(value.get("updated_at"), "updated_at")
-    metadata = metadata_copy(value.get("metadata", {}))
+    metadata = metadata_copy(value.get("metadata", {}), reserved=True)
     raw_messages = value.get("messages")
     if not isinstance(raw_messages, list):
         raise ValueError('"messages" is not a list')

@@ -12,14 +12,16 @@ from typing import Any
 
 from zerda.messages import Message, Role
 from zerda.stores._base import (
-    EMPTY_TAIL,
     SessionInfo,
     Tail,
     TokenCounts,
     check_batch,
     check_retention,
     check_session_id,
+    empty_tail,
     metadata_copy,
+    new_ids,
+    same_json,
 )
 
 __all__ = ["InMemoryStore"]
@@ -46,6 +48,8 @@ class _Session:
     tokens: dict[str, list[int | None]] = field(default_factory=dict)
     system_tokens: dict[str, list[int | None]] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The ids of the messages ``history`` holds.
+    ids: set[str] = field(default_factory=set)
 
     @property
     def message_count(self) -> int:
@@ -107,50 +111,78 @@ class InMemoryStore:
 
     def append(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
+    ) -> int:
         check_batch(messages, tokens)
         with self._lock:
-            session = self._writable(session_id)
-            _add_batch(session, messages, tokens or {})
-            if self.max_messages is not None and len(session.messages) > self.max_messages:
-                _trim(session, self.max_messages)
+            return self._append(session_id, messages, tokens)
+
+    def append_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        check_batch(messages, tokens)
+        with self._lock:
+            stored = self._append(session_id, messages, tokens)
+            return stored, self._tail(session_id, turns, counter)
+
+    def _append(
+        self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None
+    ) -> int:
+        session = self._writable(session_id)
+        given: Mapping[str, Sequence[int | None]] = tokens or {}
+        held = session.ids
+        if held and not held.isdisjoint([m.id for m in messages]):  # a retry, in part or whole
+            keep = new_ids(messages, held.__contains__)
+            messages = [messages[i] for i in keep]
+            given = {name: [counts[i] for i in keep] for name, counts in given.items()}
+        _add_batch(session, messages, given)
+        if self.max_messages is not None and len(session.messages) > self.max_messages:
+            _trim(session, self.max_messages)
+        return len(messages)
 
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         with self._lock:
-            session = self._live(session_id)
-            if session is None:
-                return EMPTY_TAIL
-            starts, log, base = session.turn_starts, session.messages, session.base
-            n = len(starts) if turns is None else max(0, min(turns, len(starts)))
-            begin = (starts[-n] if n else base + len(log)) - base
-            column = session.tokens.get(counter) if counter is not None else None
-            system_at = session.system_at
-            if not system_at or system_at[-1] < begin + base:
-                # The common case: no system message among the picked turns; plain slices.
-                messages: Sequence[Message] = log[begin:]
-                offsets: Sequence[int] = [s - base - begin for s in starts[len(starts) - n :]]
-                tokens: Sequence[int | None] = column[begin:] if column is not None else ()
-            else:
-                picked = [s - base for s in starts[len(starts) - n :]]
-                messages, offsets, tokens = _without_system(log, column, begin, picked)
-            if counter is None:
-                system_tokens: Sequence[int | None] = ()
-            else:
-                system_column = session.system_tokens.get(counter)
-                system_tokens = (
-                    list(system_column) if system_column else [None] * len(session.system)
-                )
-                if column is None:
-                    tokens = [None] * len(messages)
-            return Tail(
-                tuple(session.system),
-                messages,
-                offsets,
-                len(starts),
-                session.message_count,
-                tokens,
-                system_tokens,
-            )
+            return self._tail(session_id, turns, counter)
+
+    def _tail(self, session_id: str, turns: int | None, counter: str | None) -> Tail:
+        """The tail, with the lock held."""
+        session = self._live(session_id)
+        if session is None:
+            return empty_tail()
+        starts, log, base = session.turn_starts, session.messages, session.base
+        n = len(starts) if turns is None else max(0, min(turns, len(starts)))
+        begin = (starts[-n] if n else base + len(log)) - base
+        column = session.tokens.get(counter) if counter is not None else None
+        system_at = session.system_at
+        if not system_at or system_at[-1] < begin + base:
+            # The common case: no system message among the picked turns; plain slices.
+            messages: Sequence[Message] = log[begin:]
+            offsets: Sequence[int] = [s - base - begin for s in starts[len(starts) - n :]]
+            tokens: Sequence[int | None] = column[begin:] if column is not None else ()
+        else:
+            picked = [s - base for s in starts[len(starts) - n :]]
+            messages, offsets, tokens = _without_system(log, column, begin, picked)
+        if counter is None:
+            system_tokens: Sequence[int | None] = ()
+        else:
+            system_column = session.system_tokens.get(counter)
+            system_tokens = list(system_column) if system_column else [None] * len(session.system)
+            if column is None:
+                tokens = [None] * len(messages)
+        return Tail(
+            tuple(session.system),
+            messages,
+            offsets,
+            len(starts),
+            session.message_count,
+            tokens,
+            system_tokens,
+            _copy(session.metadata),
+        )
 
     def history(self, session_id: str) -> list[Message]:
         with self._lock:
@@ -162,17 +194,23 @@ class InMemoryStore:
     def get_metadata(self, session_id: str) -> dict[str, Any]:
         with self._lock:
             session = self._live(session_id)
-            return json.loads(json.dumps(session.metadata)) if session else {}
+            return _copy(session.metadata) if session else {}
 
     def update_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
         copied = metadata_copy(values)
         with self._lock:
-            metadata = self._writable(session_id).metadata
-            for key, value in copied.items():
-                if value is None:
-                    metadata.pop(key, None)
-                else:
-                    metadata[key] = value
+            _merge(self._writable(session_id).metadata, copied)
+
+    def compare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        copied = metadata_copy({key: value}, reserved=True)
+        wanted = metadata_copy({key: expected}, reserved=True)[key]
+        with self._lock:
+            session = self._live(session_id)
+            current = session.metadata.get(key) if session is not None else None
+            if not same_json(current, wanted):
+                return False
+            _merge(self._writable(session_id).metadata, copied)
+            return True
 
     def list_sessions(self) -> list[SessionInfo]:
         with self._lock:
@@ -215,8 +253,18 @@ class InMemoryStore:
 
     async def aappend(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
-        self.append(session_id, messages, tokens)
+    ) -> int:
+        return self.append(session_id, messages, tokens)
+
+    async def aappend_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        return self.append_then_tail(session_id, messages, tokens, turns, counter)
 
     async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         return self.tail(session_id, turns, counter)
@@ -229,6 +277,9 @@ class InMemoryStore:
 
     async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
         self.update_metadata(session_id, values)
+
+    async def acompare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        return self.compare_and_set(session_id, key, expected, value)
 
     async def alist_sessions(self) -> list[SessionInfo]:
         return self.list_sessions()
@@ -246,14 +297,31 @@ class InMemoryStore:
         self.close()
 
 
+def _copy(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of stored metadata (JSON values), for a caller to keep."""
+    return json.loads(json.dumps(metadata)) if metadata else {}
+
+
+def _merge(metadata: dict[str, Any], values: dict[str, Any]) -> None:
+    for key, value in values.items():
+        if value is None:
+            metadata.pop(key, None)
+        else:
+            metadata[key] = value
+
+
 def _add_batch(
     session: _Session, messages: Sequence[Message], given: Mapping[str, Sequence[int | None]]
 ) -> None:
-    """Append a checked batch and its counts to the log, indexing turns and system messages."""
+    """Append a checked batch and its counts to the log, indexing turns, system messages and
+    ids (whose messages the session must not hold already)."""
     log, starts = session.messages, session.turn_starts
     end = session.base + len(log)
     system_from = len(session.system)
+    ids = session.ids
     for i, m in enumerate(messages, end):
+        if m.id is not None:
+            ids.add(m.id)
         role = m.role
         if role is _USER or (not starts and role is not _SYSTEM):
             starts.append(i)
@@ -329,6 +397,10 @@ def _trim(session: _Session, keep: int) -> None:
         return
     cut = starts[j] - session.base
     session.system_trimmed = bisect.bisect_left(session.system_at, starts[j])
+    # The dropped messages leave history; the system messages among them stay (pinned).
+    session.ids.difference_update(
+        m.id for m in session.messages[:cut] if m.id is not None and m.role is not _SYSTEM
+    )
     del session.messages[:cut]
     for column in session.tokens.values():
         del column[:cut]

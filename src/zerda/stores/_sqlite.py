@@ -23,17 +23,24 @@ from zerda.errors import (
 )
 from zerda.messages import Message, Role
 from zerda.stores._base import (
-    EMPTY_TAIL,
     AsyncClosingStore,
+    BoundedCache,
     ClosingStore,
     DecodedMessages,
     SessionInfo,
+    Store,
     Tail,
+    ThreadedAsync,
     TokenCounts,
     check_batch,
     check_retention,
     check_session_id,
+    check_timeout,
+    decode_metadata,
+    empty_tail,
     metadata_copy,
+    new_ids,
+    same_json,
 )
 
 __all__ = ["MIGRATIONS", "AsyncSQLiteStore", "SQLiteStore"]
@@ -103,11 +110,19 @@ def m001_sessions_and_messages(db: sqlite3.Connection) -> None:
     )
 
 
+@_migration
+def m002_message_ids(db: sqlite3.Connection) -> None:
+    # Message.id, unique per session: an append skips the messages whose id the session
+    # holds, so a retried batch is stored once. Rows written before ids existed have none.
+    db.execute("ALTER TABLE messages ADD COLUMN id TEXT")
+    db.execute("CREATE UNIQUE INDEX messages_id ON messages (sid, id) WHERE id IS NOT NULL")
+
+
 # -- SQL (module constants, so sqlite3's statement cache reuses the prepared statements) -----
 
 _SESSION = (
     "SELECT sid, created_at, updated_at, next_seq, first_seq, next_turn, first_turn, "
-    "system_trimmed FROM sessions WHERE session_id = ?"
+    "system_trimmed, metadata FROM sessions WHERE session_id = ?"
 )
 _NEW_SESSION = "INSERT INTO sessions (session_id, created_at, updated_at) VALUES (?, ?, ?)"
 _RESET_SESSION = (
@@ -116,7 +131,11 @@ _RESET_SESSION = (
 )
 _AFTER_APPEND = "UPDATE sessions SET updated_at = ?, next_seq = ?, next_turn = ? WHERE sid = ?"
 _AFTER_TRIM = "UPDATE sessions SET first_seq = ?, first_turn = ?, system_trimmed = ? WHERE sid = ?"
-_INSERT = "INSERT INTO messages (sid, turn, seq, role, body, tokens) VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT = (
+    "INSERT INTO messages (sid, turn, seq, role, body, tokens, id) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+# The ids of a batch (a JSON array) that the session already holds.
+_HELD_IDS = "SELECT id FROM messages WHERE sid = ? AND id IN (SELECT value FROM json_each(?))"
 _SYSTEM_ROWS = "SELECT body, tokens FROM messages WHERE sid = ? AND turn = -1 ORDER BY seq"
 TAIL_QUERY = (
     "SELECT turn, body, tokens FROM messages WHERE sid = ? AND turn >= ? ORDER BY turn, seq"
@@ -127,7 +146,6 @@ _SYSTEM_BEFORE = "SELECT count(*) FROM messages WHERE sid = ? AND turn = -1 AND 
 _DROP_TURNS = "DELETE FROM messages WHERE sid = ? AND turn >= 0 AND turn < ?"
 _DROP_MESSAGES = "DELETE FROM messages WHERE sid = ?"
 _DROP_SESSION = "DELETE FROM sessions WHERE sid = ?"
-_METADATA = "SELECT metadata FROM sessions WHERE sid = ?"
 _SET_METADATA = "UPDATE sessions SET metadata = ?, updated_at = ? WHERE sid = ?"
 _LIST = (
     "SELECT session_id, next_seq - first_seq + system_trimmed, next_turn - first_turn, "
@@ -148,6 +166,12 @@ class _Row(NamedTuple):
     next_turn: int
     first_turn: int
     system_trimmed: int
+    metadata: str
+
+
+# What a tail read takes out of the transaction: the session's row, its system rows and the
+# rows of the turns asked for (None: no live session).
+_Read = tuple[_Row, list[Any], list[Any]] | None
 
 
 def _check_path(path: object) -> str:
@@ -158,12 +182,6 @@ def _check_path(path: object) -> str:
             f"path must be a file path (str or os.PathLike) or ':memory:', got {path!r}"
         )
     return path
-
-
-def _check_timeout(timeout: object) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-        raise ConfigurationError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
-    return float(timeout)
 
 
 class SQLiteStore(ClosingStore):
@@ -196,7 +214,7 @@ class SQLiteStore(ClosingStore):
         self._where = f"SQLite store {self.path!r}"
         self.ttl = ttl
         self.max_messages = max_messages
-        self.timeout = _check_timeout(timeout)
+        self.timeout = check_timeout(timeout, zero=True)
         self._clock = clock
         # One connection per store, used under a lock. SQLite runs one writer at a time per
         # file anyway, and a read here takes microseconds, so per-thread connections would
@@ -204,7 +222,7 @@ class SQLiteStore(ClosingStore):
         # close() that cannot reach them.
         self._lock = threading.Lock()
         self._decoded = DecodedMessages(_CACHE_SIZE)
-        self._counts: dict[str, dict[str, int | None]] = {}
+        self._counts: BoundedCache[str, dict[str, int | None]] = BoundedCache(_CACHE_SIZE)
         self._db: sqlite3.Connection | None = self._open()
         self._schema_version = len(MIGRATIONS)
 
@@ -390,11 +408,11 @@ class SQLiteStore(ClosingStore):
         if row is None:
             sid = db.execute(_NEW_SESSION, (session_id, now, now)).lastrowid
             assert sid is not None
-            return _Row(sid, now, now, 0, 0, 0, 0, 0)
+            return _Row(sid, now, now, 0, 0, 0, 0, 0, "{}")
         if self._expired(row, now):
             db.execute(_DROP_MESSAGES, (row.sid,))
             db.execute(_RESET_SESSION, (now, now, row.sid))
-            return _Row(row.sid, now, now, 0, 0, 0, 0, 0)
+            return _Row(row.sid, now, now, 0, 0, 0, 0, 0, "{}")
         return row
 
     def _decode(self, body: str, session_id: str, remember: bool = True) -> Message:
@@ -414,9 +432,7 @@ class SQLiteStore(ClosingStore):
                     f"SQLite store {self.path!r}: session {session_id!r} holds token counts "
                     f"that cannot be decoded: {exc}"
                 ) from exc
-            if len(self._counts) >= _CACHE_SIZE:
-                self._counts.clear()
-            self._counts[tokens] = counts
+            self._counts.put(tokens, counts)
         count: int | None = counts.get(counter)
         return count
 
@@ -449,46 +465,94 @@ class SQLiteStore(ClosingStore):
 
     def append(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
+    ) -> int:
         check_batch(messages, tokens)
         check_session_id(session_id)
-        given = tokens or {}
         # Encode the batch before taking the lock: the transaction holds the file's write lock.
         bodies = [m.to_json() for m in messages]
-        counts = _encode_counts(given, len(messages))
+        counts = _encode_counts(tokens or {}, len(messages))
         with self._write("append") as db:
-            now = self._clock()
-            row = self._writable(db, session_id, now)
-            seq, turn = row.next_seq, row.next_turn
-            rows = []
-            for i, m in enumerate(messages):
-                role = m.role
-                if role is _SYSTEM:
-                    at = SYSTEM_TURN
-                else:
-                    if role is _USER or turn == 0:
-                        turn += 1
-                    at = turn - 1
-                rows.append((row.sid, at, seq + i, role.value, bodies[i], counts[i]))
-            db.executemany(_INSERT, rows)
-            next_seq = seq + len(messages)
-            db.execute(_AFTER_APPEND, (now, next_seq, turn, row.sid))
-            if self.max_messages is not None:
-                self._trim(db, row, next_seq)
+            stored = self._append(db, session_id, messages, bodies, counts)
         # The next tail will read these back: let it find them decoded.
         self._decoded.add(bodies, messages)
+        return stored
+
+    def append_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        check_batch(messages, tokens)
+        check_session_id(session_id)
+        bodies = [m.to_json() for m in messages]
+        counts = _encode_counts(tokens or {}, len(messages))
+        with self._write("append") as db:
+            stored = self._append(db, session_id, messages, bodies, counts)
+            read = self._tail_rows(db, session_id, turns)
+        self._decoded.add(bodies, messages)
+        return stored, self._tail_of(read, session_id, counter)
+
+    def _append(
+        self,
+        db: sqlite3.Connection,
+        session_id: str,
+        messages: Sequence[Message],
+        bodies: list[str],
+        counts: list[str | None],
+    ) -> int:
+        """Append the encoded batch in the write transaction; how many messages it stored."""
+        now = self._clock()
+        row = self._writable(db, session_id, now)
+        keep: Sequence[int] = range(len(messages))
+        ids = [m.id for m in messages if m.id is not None]
+        if ids and row.next_seq > row.first_seq:
+            held = {i for (i,) in db.execute(_HELD_IDS, (row.sid, json.dumps(ids)))}
+            if held:
+                keep = new_ids(messages, held.__contains__)
+        seq, turn = row.next_seq, row.next_turn
+        rows: list[tuple[object, ...]] = []
+        for i in keep:
+            m = messages[i]
+            role = m.role
+            if role is _SYSTEM:
+                at = SYSTEM_TURN
+            else:
+                if role is _USER or turn == 0:
+                    turn += 1
+                at = turn - 1
+            rows.append((row.sid, at, seq + len(rows), role.value, bodies[i], counts[i], m.id))
+        db.executemany(_INSERT, rows)
+        next_seq = seq + len(rows)
+        db.execute(_AFTER_APPEND, (now, next_seq, turn, row.sid))
+        if self.max_messages is not None:
+            self._trim(db, row, next_seq)
+        return len(rows)
 
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         check_session_id(session_id)
         with self._read("read a tail") as db:
-            row = self._live(db, session_id)
-            if row is not None:
-                total_turns = row.next_turn - row.first_turn
-                n = total_turns if turns is None else max(0, min(turns, total_turns))
-                system_rows = db.execute(_SYSTEM_ROWS, (row.sid,)).fetchall()
-                rows = db.execute(TAIL_QUERY, (row.sid, row.next_turn - n)).fetchall() if n else []
+            read = self._tail_rows(db, session_id, turns)
+        return self._tail_of(read, session_id, counter)
+
+    def _tail_rows(self, db: sqlite3.Connection, session_id: str, turns: int | None) -> _Read:
+        """The session's row, its system rows and the rows of its newest ``turns`` turns, read
+        in the transaction; decoding waits until the lock is released."""
+        row = self._live(db, session_id)
         if row is None:
-            return EMPTY_TAIL
+            return None
+        total_turns = row.next_turn - row.first_turn
+        n = total_turns if turns is None else max(0, min(turns, total_turns))
+        system_rows = db.execute(_SYSTEM_ROWS, (row.sid,)).fetchall()
+        rows = db.execute(TAIL_QUERY, (row.sid, row.next_turn - n)).fetchall() if n else []
+        return row, system_rows, rows
+
+    def _tail_of(self, read: _Read, session_id: str, counter: str | None) -> Tail:
+        if read is None:
+            return empty_tail()
+        row, system_rows, rows = read
         decode = self._decode
         messages = [decode(body, session_id) for _, body, _ in rows]
         offsets: list[int] = []
@@ -507,10 +571,11 @@ class SQLiteStore(ClosingStore):
             tuple(decode(body, session_id) for body, _ in system_rows),
             messages,
             offsets,
-            total_turns,
+            row.next_turn - row.first_turn,
             row.next_seq - row.first_seq + row.system_trimmed,
             tokens,
             system_tokens,
+            self._metadata(row.metadata, session_id),
         )
 
     def history(self, session_id: str) -> list[Message]:
@@ -532,36 +597,41 @@ class SQLiteStore(ClosingStore):
         check_session_id(session_id)
         with self._read("read metadata") as db:
             row = self._live(db, session_id)
-            if row is not None:
-                return self._metadata(db.execute(_METADATA, (row.sid,)).fetchone()[0], session_id)
-        return {}
+        return {} if row is None else self._metadata(row.metadata, session_id)
 
     def _metadata(self, text: str, session_id: str) -> dict[str, Any]:
-        try:
-            metadata = json.loads(text)
-            if not isinstance(metadata, dict):
-                raise TypeError(f"expected a JSON object, got {text[:60]!r}")
-        except (ValueError, TypeError) as exc:
-            raise CorruptDataError(
-                f"SQLite store {self.path!r}: the metadata of session {session_id!r} cannot "
-                f"be decoded: {exc}"
-            ) from exc
-        return metadata
+        return decode_metadata(text, self._where, session_id)
 
     def update_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
         copied = metadata_copy(values)
         check_session_id(session_id)
         with self._write("update metadata") as db:
-            now = self._clock()
-            row = self._writable(db, session_id, now)
-            metadata = self._metadata(db.execute(_METADATA, (row.sid,)).fetchone()[0], session_id)
-            for key, value in copied.items():
-                if value is None:
-                    metadata.pop(key, None)
-                else:
-                    metadata[key] = value
-            text = json.dumps(metadata, ensure_ascii=False, separators=(",", ":"))
-            db.execute(_SET_METADATA, (text, now, row.sid))
+            self._merge(db, session_id, copied)
+
+    def compare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        copied = metadata_copy({key: value}, reserved=True)
+        wanted = metadata_copy({key: expected}, reserved=True)[key]
+        check_session_id(session_id)
+        with self._write("compare and set metadata") as db:
+            row = self._live(db, session_id)
+            current = None if row is None else self._metadata(row.metadata, session_id).get(key)
+            if not same_json(current, wanted):
+                return False
+            self._merge(db, session_id, copied)
+            return True
+
+    def _merge(self, db: sqlite3.Connection, session_id: str, values: dict[str, Any]) -> None:
+        """Merge checked ``values`` into the session's metadata, in a write transaction."""
+        now = self._clock()
+        row = self._writable(db, session_id, now)
+        metadata = self._metadata(row.metadata, session_id)
+        for key, value in values.items():
+            if value is None:
+                metadata.pop(key, None)
+            else:
+                metadata[key] = value
+        text = json.dumps(metadata, ensure_ascii=False, separators=(",", ":"))
+        db.execute(_SET_METADATA, (text, now, row.sid))
 
     def list_sessions(self) -> list[SessionInfo]:
         ttl = self.ttl
@@ -606,28 +676,20 @@ class SQLiteStore(ClosingStore):
 
 
 def _encode_counts(given: TokenCounts, n: int) -> list[str | None]:
-    """Each message's counts as a JSON object (``None`` when the batch has none)."""
+    """Each message's counts as a JSON object (``None`` when the batch has none); the counts
+    are ints, as check_batch made sure."""
     if not given:
         return [None] * n
-    try:
-        if len(given) == 1:
-            # The common case, one counter: format the objects directly rather than via dumps.
-            ((name, counts),) = given.items()
-            key = json.dumps(name, ensure_ascii=False)
-            return [
-                f"{{{key}:{c}}}" if type(c) is int else json.dumps({name: c}, allow_nan=False)
-                for c in counts
-            ]
-        items = list(given.items())
-        return [
-            json.dumps({name: counts[i] for name, counts in items}, allow_nan=False)
-            for i in range(n)
-        ]
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"token counts must be integers: {exc}") from exc
+    if len(given) == 1:
+        # The common case, one counter: format the objects directly rather than via dumps.
+        ((name, counts),) = given.items()
+        key = json.dumps(name, ensure_ascii=False)
+        return [f"{{{key}:{c}}}" for c in counts]
+    items = list(given.items())
+    return [json.dumps({name: counts[i] for name, counts in items}) for i in range(n)]
 
 
-class AsyncSQLiteStore(AsyncClosingStore):
+class AsyncSQLiteStore(ThreadedAsync, AsyncClosingStore):
     """The async protocol over a SQLite file, never blocking the event loop.
 
     Each store owns one worker thread that runs every sqlite3 call (through a
@@ -653,7 +715,7 @@ class AsyncSQLiteStore(AsyncClosingStore):
         self.path = _check_path(path)
         self.ttl = ttl
         self.max_messages = max_messages
-        self.timeout = _check_timeout(timeout)
+        self.timeout = check_timeout(timeout, zero=True)
         self._clock = clock
         self._store: SQLiteStore | None = None
         self._closed = False
@@ -662,8 +724,8 @@ class AsyncSQLiteStore(AsyncClosingStore):
     def __repr__(self) -> str:
         return f"AsyncSQLiteStore({self.path!r})"
 
-    def _opened(self) -> SQLiteStore:
-        """The sync store, opened on first use (runs in the worker thread)."""
+    def _threaded(self) -> SQLiteStore:
+        """The sync store, opened on first use (in the worker thread)."""
         if self._store is None:
             self._store = SQLiteStore(
                 self.path,
@@ -674,44 +736,15 @@ class AsyncSQLiteStore(AsyncClosingStore):
             )
         return self._store
 
-    async def _run(self, call: Callable[[SQLiteStore], _T]) -> _T:
+    async def _in_thread(self, call: Callable[[Store], _T]) -> _T:
         if self._closed:
             raise StoreUnavailableError(f"SQLite store {self.path!r} is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: call(self._opened()))
+        return await loop.run_in_executor(self._executor, lambda: call(self._threaded()))
 
     async def aschema_version(self) -> int:
         """How many schema migrations the file has had (opens it if needed)."""
-        return await self._run(lambda s: s.schema_version)
-
-    async def aappend(
-        self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
-        await self._run(lambda s: s.append(session_id, messages, tokens))
-
-    async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
-        return await self._run(lambda s: s.tail(session_id, turns, counter))
-
-    async def ahistory(self, session_id: str) -> list[Message]:
-        return await self._run(lambda s: s.history(session_id))
-
-    async def aget_metadata(self, session_id: str) -> dict[str, Any]:
-        return await self._run(lambda s: s.get_metadata(session_id))
-
-    async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
-        await self._run(lambda s: s.update_metadata(session_id, values))
-
-    async def alist_sessions(self) -> list[SessionInfo]:
-        return await self._run(lambda s: s.list_sessions())
-
-    async def adelete_session(self, session_id: str) -> bool:
-        return await self._run(lambda s: s.delete_session(session_id))
-
-    async def aclear(self) -> None:
-        await self._run(lambda s: s.clear())
-
-    async def apurge_expired(self) -> int:
-        return await self._run(lambda s: s.purge_expired())
+        return await self._in_thread(lambda s: self._threaded().schema_version)
 
     async def aclose(self) -> None:
         """Close the file and stop the worker thread; later calls raise. Idempotent."""
