@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import itertools
 import json
 import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +28,8 @@ from redis.crc import key_slot
 
 from _conversations import conversation
 from _processes import run_processes
-from services import REQUIRED, RUN_ID, require_redis
+from _redis_servers import RedisServer, drop_keys, free_port, fresh_prefix
+from services import require_redis
 from stores.contract import AsyncStoreContract, StoreContract
 from zerda import ApproxCounter
 from zerda.errors import (
@@ -54,26 +52,20 @@ from zerda.stores import (
     Store,
     open_store,
 )
-from zerda.stores._redis import EXPIRE_MARGIN
+from zerda.stores._base import canonical_json
+from zerda.stores._redis import EXPIRE_MARGIN, SCRIPTS, open_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "coffee-order.jsonl"
-SUFFIXES = ("meta", "log", "system")
-_prefixes = itertools.count()
+SUFFIXES = ("meta", "log", "system", "ids")
+SHAS = {name: hashlib.sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}
 
 
-def fresh_prefix() -> str:
-    """A key prefix no other test (of this run or any other) uses."""
-    return f"{RUN_ID}-{uuid.uuid4().hex[:8]}.{next(_prefixes)}"
-
-
-def drop_keys(url: str, prefix: str) -> None:
-    """Delete every key under ``prefix`` (the test's own; never anyone else's)."""
+def drop_url_keys(url: str, prefix: str) -> None:
+    """Delete every key under ``prefix`` on the server at ``url``."""
     client = redis.Redis.from_url(url)
     try:
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        for i in range(0, len(keys), 500):
-            client.delete(*keys[i : i + 500])
+        drop_keys(client, prefix)
     finally:
         client.close()
 
@@ -87,7 +79,7 @@ def url() -> str:
 def prefix(url: str) -> Iterator[str]:
     name = fresh_prefix()
     yield name
-    drop_keys(url, name)
+    drop_url_keys(url, name)
 
 
 @pytest.fixture
@@ -113,7 +105,7 @@ class _RedisContract:
         self.base = fresh_prefix()
         self._made = itertools.count()
         yield
-        drop_keys(self.url, self.base)
+        drop_url_keys(self.url, self.base)
 
     def next_prefix(self) -> str:
         return f"{self.base}.{next(self._made)}"
@@ -201,38 +193,71 @@ class AsyncCountingConnection(redis.asyncio.connection.Connection):
 
 
 APPEND = [["EVALSHA"]]
-TAIL_OF_NONE = [["MULTI", "HMGET", "LLEN", "LRANGE", "EXEC"]]
-TAIL = [["MULTI", "HMGET", "LLEN", "LRANGE", "LRANGE", "EXEC"]]
+SCRIPT = [["EVALSHA"]]
+TAIL_OF_NONE = [["MULTI", "HGETALL", "LLEN", "LRANGE", "EXEC"]]
+TAIL = [["MULTI", "HGETALL", "LLEN", "LRANGE", "LRANGE", "EXEC"]]
+APPEND_THEN_TAIL = [["MULTI", "EVALSHA", *TAIL[0][1:]]]
+METADATA = [["HGETALL"]]
 
 
-def test_an_append_and_a_tail_are_one_round_trip_each(url: str, prefix: str) -> None:
+def stamped(messages: list[Message]) -> list[Message]:
+    """The messages with ids (and times), as a memory stores them."""
+    return [m.stamped() for m in messages]
+
+
+def test_every_call_is_one_round_trip(url: str, prefix: str) -> None:
     pool = redis.ConnectionPool.from_url(url, connection_class=CountingConnection)
     client = redis.Redis(connection_pool=pool)
     store = RedisStore(client=client, prefix=prefix, ttl=3600, max_messages=50)
     store.tail("s", 1)  # connects (HELLO, CLIENT SETINFO)
-    store.append("s", [Message(Role.USER, "warm up")], {"x": [1]})  # loads the script
+    store.append("s", [Message(Role.USER, "warm up")], {"x": [1]})  # loads the scripts
     packets = CountingConnection.packets
-    for t, turn in enumerate(itertools.islice(itertools.cycle([conversation(3)[1:]]), 40)):
+    for t in range(40):
+        turn = stamped(conversation(3)[1:])
         packets.clear()
-        store.append("s", turn, {"x": list(range(len(turn)))})  # retention trims after 50
-        assert packets == APPEND, t
+        assert store.append("s", turn, {"x": list(range(len(turn)))}) == len(turn)
+        assert packets == APPEND, t  # retention trims after 50 messages
+        packets.clear()
+        assert store.append("s", turn, {"x": list(range(len(turn)))}) == 0
+        assert packets == APPEND, "a retry of a stored batch"
         for turns in (None, 0, 3):
             packets.clear()
             store.tail("s", turns, "x")
             assert packets == (TAIL_OF_NONE if turns == 0 else TAIL), (t, turns)
+        packets.clear()
+        stored, tail = store.append_then_tail("s", stamped(conversation(1)[1:]), None, 2, "x")
+        assert (stored, tail.total_turns > 2) == (2, True)
+        assert packets == APPEND_THEN_TAIL
+        packets.clear()
+        assert store.compare_and_set("s", "zerda.n", t or None, t + 1)
+        assert store.compare_and_set("s", "zerda.n", t, t + 2) is False
+        assert packets == SCRIPT * 2
+        packets.clear()
+        store.update_metadata("s", {"k": t})
+        assert packets == SCRIPT
+        packets.clear()
+        assert store.get_metadata("s") == {"k": t, "zerda.n": t + 1}
+        assert packets == METADATA
+    # A batch of which the session holds some messages: sent again without them.
+    held = stamped(conversation(2)[1:])
+    store.append("s", held[:2])
+    packets.clear()
+    assert store.append("s", held) == len(held) - 2
+    assert packets == APPEND * 2
+    assert store.history("s")[-len(held) :] == held
     # Through a memory: a turn saved is one call, a window context read is one.
     memory = ConversationBufferWindowMemory(k=3, store=store, session_id="m")
     packets.clear()
     memory.save_context({"input": "hi"}, {"output": "hello"})
-    assert packets == APPEND
+    assert len(packets) == 1, packets
     packets.clear()
     memory.load_memory_variables({})
-    assert packets == TAIL
+    assert len(packets) == 1, packets
     store.close()
     client.close()
 
 
-def test_async_append_and_tail_are_one_round_trip_each(url: str, prefix: str) -> None:
+def test_every_async_call_is_one_round_trip(url: str, prefix: str) -> None:
     async def main() -> None:
         pool = redis.asyncio.ConnectionPool.from_url(url, connection_class=AsyncCountingConnection)
         client = redis.asyncio.Redis(connection_pool=pool)
@@ -240,13 +265,22 @@ def test_async_append_and_tail_are_one_round_trip_each(url: str, prefix: str) ->
         await store.atail("s", 1)
         await store.aappend("s", [Message(Role.USER, "warm up")])
         packets = AsyncCountingConnection.packets
-        for turn in (conversation(4)[1:4], conversation(4)[4:]):
+        for turn in (stamped(conversation(4)[1:4]), stamped(conversation(4)[4:])):
             packets.clear()
-            await store.aappend("s", turn)
+            assert await store.aappend("s", turn) == len(turn)
             assert packets == APPEND
             packets.clear()
             await store.atail("s", 2)
             assert packets == TAIL
+            packets.clear()
+            stored, tail = await store.aappend_then_tail("s", turn, None, None)
+            assert (stored, list(tail.messages[-len(turn) :])) == (0, turn)
+            assert packets == APPEND_THEN_TAIL
+            packets.clear()
+            current = (await store.aget_metadata("s")).get("zerda.n")
+            assert await store.acompare_and_set("s", "zerda.n", current, (current or 0) + 1)
+            await store.aupdate_metadata("s", {"k": 1})
+            assert packets == METADATA + SCRIPT * 2
         await store.aclose()
         await client.aclose()
 
@@ -260,7 +294,7 @@ def test_every_key_carries_the_session_hash_tag(url: str, prefix: str, raw: Any)
     store = RedisStore(url, prefix=prefix, ttl=600, max_messages=4)
     ids = ["a", "tenant:user@example.com", "b.1", "x" * 200]
     for session_id in ids:
-        store.append(session_id, conversation(5))
+        store.append(session_id, stamped(conversation(5)))
         store.update_metadata(session_id, {"summary": "so far"})
     keys = sorted(k.decode() for k in raw.scan_iter(match=f"{prefix}*", count=1000))
     pattern = re.compile(rf"{re.escape(prefix)}:\{{([^{{}}]+)\}}:({'|'.join(SUFFIXES)})")
@@ -291,12 +325,13 @@ def test_the_prefix_keeps_stores_apart(url: str, raw: Any) -> None:
         assert one.list_sessions() == []
         assert [m.content for m in two.history("s")] == ["two"]
         assert list(raw.scan_iter(match=f"{first}*")) == []
-        assert len(list(raw.scan_iter(match=f"{second}*"))) == 2 * (len(SUFFIXES) - 1)
+        # meta and log each: no system message, no id
+        assert len(list(raw.scan_iter(match=f"{second}*"))) == 2 * 2
         one.close()
         two.close()
     finally:
-        drop_keys(url, first)
-        drop_keys(url, second)
+        drop_url_keys(url, first)
+        drop_url_keys(url, second)
 
 
 def test_the_default_prefix_is_zerda(url: str) -> None:
@@ -320,7 +355,7 @@ def test_writes_set_and_refresh_redis_expiry_and_reads_do_not(
     ttl = 100
     full = (ttl + EXPIRE_MARGIN) * 1000
     store = RedisStore(url, prefix=prefix, ttl=ttl)
-    store.append("s", conversation(2))
+    store.append("s", stamped(conversation(2)))
     keys = [f"{prefix}:{{s}}:{suffix}" for suffix in SUFFIXES]
     for key in keys:
         assert full - 10_000 < raw.pttl(key) <= full, key
@@ -330,20 +365,27 @@ def test_writes_set_and_refresh_redis_expiry_and_reads_do_not(
     store.history("s")
     store.get_metadata("s")
     store.list_sessions()
+    assert store.compare_and_set("s", "k", "not this", 1) is False  # writes nothing
     assert all(0 < raw.pttl(key) <= 5000 for key in keys), "a read pushed the expiry back"
-    store.update_metadata("s", {"k": 1})  # a write: every key is pushed back
-    assert all(full - 10_000 < raw.pttl(key) <= full for key in keys)
-    for key in keys:
-        raw.pexpire(key, 5000)
-    store.append("s", [Message(Role.USER, "again")])
-    assert all(full - 10_000 < raw.pttl(key) <= full for key in keys)
+    writes: list[Callable[[], object]] = [
+        lambda: store.update_metadata("s", {"k": 1}),
+        lambda: store.compare_and_set("s", "zerda.k", None, 1),
+        lambda: store.append("s", [Message(Role.USER, "again")]),
+        lambda: store.append_then_tail("s", [Message(Role.USER, "and again")], None, 1),
+    ]
+    for write in writes:  # each pushes every key's expiry back
+        for key in keys:
+            raw.pexpire(key, 5000)
+        write()
+        assert all(full - 10_000 < raw.pttl(key) <= full for key in keys)
     store.close()
 
 
 def test_without_ttl_keys_do_not_expire(url: str, prefix: str, raw: Any) -> None:
     store = RedisStore(url, prefix=prefix)
-    store.append("s", conversation(2))
+    store.append("s", stamped(conversation(2)))
     store.update_metadata("s", {"k": 1})
+    assert store.compare_and_set("s", "zerda.k", None, 1)
     assert [raw.pttl(f"{prefix}:{{s}}:{s}") for s in SUFFIXES] == [-1] * len(SUFFIXES)
     store.close()
 
@@ -360,18 +402,6 @@ def test_a_session_redis_dropped_in_part_starts_afresh(url: str, prefix: str, ra
     store.close()
 
 
-def test_a_lone_surrogate_round_trips(url: str, prefix: str) -> None:
-    """Text with no UTF-8 form (a lone surrogate) is stored escaped, and comes back exactly."""
-    odd = [Message(Role.USER, "half a pair: \ud83e"), Message(Role.ASSISTANT, "\udc00 too")]
-    for client in (redis.Redis.from_url(url), redis.Redis.from_url(url, decode_responses=True)):
-        store = RedisStore(client=client, prefix=prefix)
-        store.append("s", odd)
-        assert store.history("s") == odd
-        assert list(RedisStore(client=client, prefix=prefix).tail("s", 1).messages) == odd
-        store.delete_session("s")
-        client.close()
-
-
 # -- retention -----------------------------------------------------------------------------------
 
 
@@ -379,14 +409,19 @@ def test_retention_trims_the_lists_themselves(url: str, prefix: str, raw: Any) -
     keep = 6
     store = RedisStore(url, prefix=prefix, max_messages=keep)
     reference = InMemoryStore(max_messages=keep)
-    log, meta = f"{prefix}:{{s}}:log", f"{prefix}:{{s}}:meta"
-    for t, message in enumerate(conversation(60)):
+    log, meta, ids = (f"{prefix}:{{s}}:{suffix}" for suffix in ("log", "meta", "ids"))
+    for t, message in enumerate(stamped(conversation(60))):
         for s in (store, reference):
             s.append("s", [message], {"x": [t]})
         # Whole turns go: what stays is at most the limit plus one turn (4 messages here).
         kept = sum(int(e.split(b",")[0]) for e in raw.lrange(log, 0, -1))
         assert kept == int(raw.hget(meta, "count")) <= keep + 3
         assert raw.llen(log) <= keep
+        # The ids go with their messages: the set holds those of the history, no more.
+        history = store.history("s")
+        assert {i.decode() for i in raw.zrange(ids, 0, -1)} == {m.id for m in history}
+    pinned = history[0]
+    assert (pinned.role, raw.zscore(ids, pinned.id)) == (Role.SYSTEM, float("inf"))
     assert store.history("s") == reference.history("s")
     assert store.history("s")[0].role is Role.SYSTEM, "the system prompt is kept"
     tail, expected = store.tail("s", None, "x"), reference.tail("s", None, "x")
@@ -400,49 +435,130 @@ def test_retention_trims_the_lists_themselves(url: str, prefix: str, raw: Any) -
 # -- failures ------------------------------------------------------------------------------------
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (the OS just handed it out and took it back)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
+SECRET = "Hunter2-secret"
+# Every form of a Redis URL with a password in it.
+WITH_PASSWORD = [
+    "redis://:{pw}@127.0.0.1:{port}/0",
+    "redis://user:{pw}@127.0.0.1:{port}/0",
+    "redis://127.0.0.1:{port}/0?password={pw}",
+    "redis://127.0.0.1:{port}/0?socket_timeout=3&password={pw}",
+    "rediss://u:{pw}@127.0.0.1:{port}",
+    "redis+cluster://:{pw}@127.0.0.1:{port}",
+]
+# redis-py's query keys are lowercase: these are refused, without showing the password.
+WITH_PASSWORD_KEY_IN_ANOTHER_CASE = [
+    "redis://127.0.0.1:{port}/0?PassWord={pw}",
+    "redis://127.0.0.1:{port}/0?db=1&PASSWORD={pw}",
+    "redis+cluster://127.0.0.1:{port}?Password={pw}",
+]
 
 
-def test_a_dead_server_is_store_unavailable_naming_the_url_without_password() -> None:
-    port = closed_port()
-    store = RedisStore(f"redis://:hunter2@127.0.0.1:{port}/0", prefix="unused")
-    assert "hunter2" not in repr(store)
-    calls: list[Callable[[], object]] = [
+def every_call(store: RedisStore) -> list[Callable[[], object]]:
+    return [
         lambda: store.append("s", [Message(Role.USER, "hi")]),
+        lambda: store.append_then_tail("s", [Message(Role.USER, "hi")], None, 1),
         lambda: store.tail("s", 1),
         lambda: store.history("s"),
         lambda: store.get_metadata("s"),
         lambda: store.update_metadata("s", {"k": 1}),
+        lambda: store.compare_and_set("s", "k", None, 1),
         store.list_sessions,
         lambda: store.delete_session("s"),
         store.clear,
+        store.purge_expired,
     ]
-    for call in calls:
+
+
+@pytest.mark.parametrize("form", WITH_PASSWORD)
+def test_a_dead_server_is_store_unavailable_and_no_output_shows_the_password(form: str) -> None:
+    port = free_port()
+    store = RedisStore(form.format(pw=SECRET, port=port), prefix="unused", ttl=60, timeout=2)
+    assert SECRET not in repr(store)
+    assert SECRET not in store.url
+    assert f"127.0.0.1:{port}" in store.url
+    for call in every_call(store):
         with pytest.raises(StoreUnavailableError) as info:
             call()
         assert f"127.0.0.1:{port}" in str(info.value)
-        assert "hunter2" not in str(info.value)
-        assert isinstance(info.value.__cause__, redis.exceptions.ConnectionError)
+        assert SECRET not in str(info.value)
+        assert isinstance(
+            info.value.__cause__,
+            (redis.exceptions.RedisError, redis.exceptions.RedisClusterException),
+        )
     store.close()
 
 
+@pytest.mark.parametrize("form", WITH_PASSWORD_KEY_IN_ANOTHER_CASE)
+def test_a_password_key_in_another_case_is_refused_without_showing_it(form: str) -> None:
+    for store_class in (RedisStore, AsyncRedisStore):
+        with pytest.raises(ConfigurationError) as info:
+            store_class(form.format(pw=SECRET, port=6379))
+        assert SECRET not in str(info.value)
+        assert "password=***" in str(info.value).lower()
+
+
+def test_a_server_that_refuses_the_password_never_shows_it(
+    start_redis: Callable[..., RedisServer],
+) -> None:
+    server = start_redis(extra=["--requirepass", "the-right-one"])
+    for form in WITH_PASSWORD[:4]:
+        store = RedisStore(form.format(pw=SECRET, port=server.port), prefix="unused")
+        with pytest.raises(StoreUnavailableError) as info:
+            store.tail("s", 1)
+        assert isinstance(info.value.__cause__, redis.exceptions.AuthenticationError)
+        assert SECRET not in str(info.value)
+        store.close()
+
+
 def test_a_dead_server_is_store_unavailable_for_the_async_store() -> None:
-    port = closed_port()
+    port = free_port()
 
     async def main() -> None:
-        async with AsyncRedisStore(f"redis://u:hunter2@127.0.0.1:{port}", prefix="x") as store:
-            with pytest.raises(StoreUnavailableError) as info:
-                await store.aappend("s", [Message(Role.USER, "hi")])
-            assert f"127.0.0.1:{port}" in str(info.value)
-            assert "hunter2" not in str(info.value)
-            assert isinstance(info.value.__cause__, redis.exceptions.ConnectionError)
+        for form in WITH_PASSWORD:
+            target = form.format(pw=SECRET, port=port)
+            async with AsyncRedisStore(target, prefix="x", timeout=2) as store:
+                assert SECRET not in repr(store)
+                assert SECRET not in store.url
+                calls = [
+                    store.aappend("s", [Message(Role.USER, "hi")]),
+                    store.aappend_then_tail("s", [Message(Role.USER, "hi")], None, 1),
+                    store.atail("s", 1),
+                    store.acompare_and_set("s", "k", None, 1),
+                    store.alist_sessions(),
+                ]
+                for call in calls:
+                    with pytest.raises(StoreUnavailableError) as info:
+                        await call
+                    assert f"127.0.0.1:{port}" in str(info.value)
+                    assert SECRET not in str(info.value)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "redis://h:99999/0",
+        "redis://[::1",
+        "redis://h:port/0",
+        "redis://h/zero",
+        "redis://h/0?db=zero",
+        "redis://h/0?socket_timeout=soon",
+        "http://h:6379/0",
+        "redis+cluster://h:6379/1",
+        "",
+    ],
+)
+def test_a_url_that_cannot_be_parsed_is_a_configuration_error(bad: str) -> None:
+    for store_class in (RedisStore, AsyncRedisStore):
+        with pytest.raises(ConfigurationError) as info:
+            store_class(bad)
+        assert type(info.value) is ConfigurationError
+    with pytest.raises(ConfigurationError):
+        open_redis_url(bad)
+    with pytest.raises(ConfigurationError) as info:
+        RedisStore(bad.replace("//h", f"//:{SECRET}@h"))
+    assert SECRET not in str(info.value)
 
 
 def test_a_batch_refused_inside_the_script_changes_nothing(url: str, prefix: str, raw: Any) -> None:
@@ -515,6 +631,28 @@ def test_options_are_checked(url: str) -> None:
     asyncio.run(async_client.aclose())
 
 
+@pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan"), True, "5", None])
+def test_a_bad_timeout_is_refused(url: str, bad: Any) -> None:
+    for store_class in (RedisStore, AsyncRedisStore):
+        with pytest.raises(ConfigurationError, match="timeout"):
+            store_class(url, timeout=bad)
+
+
+def test_the_timeout_bounds_every_wait_of_the_client_a_store_makes(url: str) -> None:
+    def waits(store: Any) -> tuple[float, float]:
+        kwargs = store.client.connection_pool.connection_kwargs
+        return kwargs["socket_connect_timeout"], kwargs["socket_timeout"]
+
+    assert waits(RedisStore(url)) == (5.0, 5.0)
+    assert waits(RedisStore(url, timeout=2.5)) == (2.5, 2.5)
+    assert waits(AsyncRedisStore(url, timeout=0.5)) == (0.5, 0.5)
+    separator = "&" if "?" in url else "?"
+    # The URL's own settings win.
+    assert waits(RedisStore(f"{url}{separator}socket_timeout=7", timeout=2)) == (2, 7)
+    # No retries: a write whose reply was lost is the caller's to retry.
+    assert RedisStore(url).client.get_retry().get_retries() == 0  # type: ignore[union-attr]
+
+
 def test_a_given_client_is_not_closed_by_the_store(url: str, prefix: str) -> None:
     client = redis.Redis.from_url(url)
     with RedisStore(client=client, prefix=prefix) as store:
@@ -554,6 +692,67 @@ def test_open_store_opens_redis_urls_with_a_prefix(url: str, prefix: str) -> Non
     assert (store.prefix, store.ttl) == (prefix, 60)
     store.append("s", [Message(Role.USER, "via open_store")])
     assert [m.content for m in RedisStore(url, prefix=prefix).history("s")] == ["via open_store"]
+    store.close()
+
+
+# -- metadata: canonical JSON, compared as text or as JSON values --------------------------------
+
+
+def test_metadata_is_stored_as_canonical_json(url: str, prefix: str, raw: Any) -> None:
+    store = RedisStore(url, prefix=prefix)
+    value = {"b": [1.0, "é \u2028", None], "a": 10**20, "f": 1e16}
+    store.update_metadata("s", {"k": value})
+    assert store.compare_and_set("s", "zerda.summary", None, {"turns": 2, "text": "t"})
+    meta = f"{prefix}:{{s}}:meta"
+    assert raw.hget(meta, 'm:"k"') == canonical_json(value).encode()
+    assert raw.hget(meta, 'm:"zerda.summary"') == b'{"text":"t","turns":2}'
+    store.close()
+
+
+def test_compare_and_set_takes_values_an_older_zerda_wrote(url: str, prefix: str, raw: Any) -> None:
+    """Older versions wrote ASCII JSON with keys in insertion order: the texts differ, the
+    script compares the values."""
+    store = RedisStore(url, prefix=prefix)
+    store.append("s", [Message(Role.USER, "hi")])
+    older = json.dumps({"turns": 3, "text": "café", "at": [1.5, {}]}, separators=(",", ":"))
+    meta = f"{prefix}:{{s}}:meta"
+    raw.hset(meta, 'm:"zerda.summary"', older)
+    summary = store.get_metadata("s")["zerda.summary"]
+    assert summary == {"turns": 3, "text": "café", "at": [1.5, {}]}
+    assert store.compare_and_set("s", "zerda.summary", {**summary, "turns": 4}, "x") is False
+    assert store.compare_and_set("s", "zerda.summary", {**summary, "at": [1.5, []]}, "x") is False
+    assert store.compare_and_set("s", "zerda.summary", {**summary, "turns": 3.0}, {"turns": 4})
+    assert raw.hget(meta, 'm:"zerda.summary"') == b'{"turns":4}'
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("stored", "same", "other"),
+    [
+        pytest.param(10**40, 10**40, 10**40 + 1, id="big-ints"),
+        pytest.param(2**60, 2.0**60, 2**60 + 1, id="int-and-float"),
+        pytest.param(10**40, 10**40, 1e40, id="int-not-its-float"),
+        pytest.param({"a": {}, "n": 1}, {"n": 1.0, "a": {}}, {"a": [], "n": 1}, id="empty-object"),
+        pytest.param([[], 2], [[], 2.0], [{}, 2], id="empty-array"),
+        pytest.param({"t": True}, {"t": True}, {"t": 1}, id="true-is-no-number"),
+        pytest.param(0, -0.0, False, id="zeros"),
+    ],
+)
+def test_compare_and_set_tells_apart_what_doubles_and_cjson_cannot(
+    url: str, prefix: str, stored: Any, same: Any, other: Any
+) -> None:
+    """Lua decodes JSON numbers to doubles, and {} and [] alike: when that is all it sees,
+    the store compares in Python, and sets the value only if the text is still the same."""
+    from zerda.stores._base import same_json
+
+    assert same_json(stored, same)
+    assert not same_json(stored, other)
+    store = RedisStore(url, prefix=prefix)
+    assert store.compare_and_set("s", "k", None, stored)
+    assert store.compare_and_set("s", "k", other, "no") is False
+    assert canonical_json(store.get_metadata("s")["k"]) == canonical_json(stored)
+    assert store.compare_and_set("s", "k", same, "yes") is True
+    assert store.get_metadata("s") == {"k": "yes"}
     store.close()
 
 
@@ -607,89 +806,15 @@ def test_four_processes_save_turns_through_memories_into_one_session(url: str, p
 # -- a private server, stopped hard in the middle of a run of writes ---------------------------
 
 
-class PrivateRedis:
-    """A redis-server of our own (never the machine's shared one), durable on every write."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = closed_port()
-        self.process: subprocess.Popen[str] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        assert binary is not None
-        # appendfsync always: a write is on disk before its reply, so a SIGKILL keeps it.
-        self.process = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.folder),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-                "--daemonize",
-                "no",
-                "--logfile",
-                "",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        ready = threading.Event()
-        log: list[str] = []
-
-        def read(out: Any) -> None:
-            # Reads the log to its end, so the server never blocks on a full pipe.
-            for line in out:
-                log.append(line)
-                if "Ready to accept connections" in line:
-                    ready.set()
-            ready.set()  # the server ended: stop waiting
-
-        threading.Thread(target=read, args=(self.process.stdout,), daemon=True).start()
-        if not ready.wait(30) or self.process.poll() is not None:
-            self.kill()
-            pytest.fail(f"the private redis-server did not start:\n{''.join(log)}")
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        if self.process is not None:
-            self.process.wait(30)
-            assert self.process.stdout is not None
-            self.process.stdout.close()
-            self.process = None
-
-
 @pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    if shutil.which("redis-server") is None:
-        reason = "redis-server is not on PATH: the fault tests start a private one"
-        if REQUIRED:
-            pytest.fail(f"{reason}, and ZERDA_REQUIRE_SERVICES=1", pytrace=False)
-        pytest.skip(reason)
-    server = PrivateRedis(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
+def private_redis(start_redis: Callable[..., RedisServer]) -> RedisServer:
+    """A redis-server of our own (never the machine's shared one), its append-only file
+    fsynced on every write: a SIGKILL keeps every write it acknowledged."""
+    return start_redis(durable=True)
 
 
 def test_a_server_killed_mid_run_keeps_acknowledged_writes_and_the_memory_recovers(
-    private_redis: PrivateRedis,
+    private_redis: RedisServer,
 ) -> None:
     store = RedisStore(private_redis.url, prefix="fault")
     memory = ConversationBufferWindowMemory(k=3, store=store, session_id="s")
@@ -760,55 +885,81 @@ def test_a_server_killed_mid_run_keeps_acknowledged_writes_and_the_memory_recove
     store.close()
 
 
-def test_the_scripts_are_loaded_again_after_a_restart(private_redis: PrivateRedis) -> None:
-    """A restarted server has forgotten the scripts: NOSCRIPT, then they are loaded again."""
+def test_the_scripts_are_loaded_again_after_a_restart(private_redis: RedisServer) -> None:
+    """A restarted server has forgotten the scripts: NOSCRIPT, then they are loaded, and the
+    command that met NOSCRIPT (which did nothing) runs again: alone, in a pipeline, or in a
+    MULTI/EXEC beside the tail it is read with."""
+    probe = redis.Redis.from_url(private_redis.url)
+
+    def restart() -> None:
+        private_redis.kill()
+        private_redis.start()
+        assert probe.script_exists(*SHAS.values()) == [False] * len(SHAS)
 
     async def main() -> None:
-        store = AsyncRedisStore(private_redis.url, prefix="restart")
+        store = AsyncRedisStore(private_redis.url, prefix="restart", ttl=60)
         await store.aappend("s", [Message(Role.USER, "before")])
         private_redis.kill()
         with pytest.raises(StoreUnavailableError):
             await store.aappend("s", [Message(Role.USER, "while down")])
         private_redis.start()
-        probe = redis.Redis.from_url(private_redis.url)
-        try:
-            sha = store._scripts["append"].sha
-            assert probe.script_exists(sha) == [False]
-            await store.aappend("s", [Message(Role.USER, "after")])
-            assert probe.script_exists(sha) == [True]
-        finally:
-            probe.close()
+        assert await store.aappend("s", [Message(Role.USER, "after")]) == 1
+        assert probe.script_exists(*SHAS.values()) == [True] * len(SHAS)
         assert [m.content for m in await store.ahistory("s")] == ["before", "after"]
+        await asyncio.to_thread(restart)  # the loop runs meanwhile, as it would in an app
+        stored, tail = await store.aappend_then_tail("s", [Message(Role.USER, "once")], None, 5)
+        assert stored == 1
+        assert [m.content for m in tail.messages] == ["before", "after", "once"]
+        await asyncio.to_thread(restart)
+        assert [i.session_id for i in await store.alist_sessions()] == ["s"]
         await store.aclose()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+        store = RedisStore(private_redis.url, prefix="restart", ttl=60)
+        restart()
+        stored, tail = store.append_then_tail("s", [Message(Role.USER, "sync")], None, 1)
+        assert (stored, [m.content for m in tail.messages]) == (1, ["sync"])
+        restart()
+        assert store.compare_and_set("s", "zerda.k", None, 1)
+        restart()
+        assert store.purge_expired() == 0
+        assert [m.content for m in store.history("s")] == ["before", "after", "once", "sync"]
+        store.close()
+    finally:
+        probe.close()
 
 
-def test_round_trips_in_the_servers_own_statistics(private_redis: PrivateRedis) -> None:
-    """INFO commandstats on a server nobody else uses: per turn, one EVALSHA (the append) and
-    one MULTI/EXEC (the tail); every other command ran inside one of them."""
+def test_round_trips_in_the_servers_own_statistics(private_redis: RedisServer) -> None:
+    """INFO commandstats on a server nobody else uses: every call is one EVALSHA or one
+    MULTI/EXEC; every other command ran inside one of them."""
     probe = redis.Redis.from_url(private_redis.url)
     store = RedisStore(private_redis.url, prefix="stats", ttl=3600, max_messages=20)
-    memory = ConversationBufferWindowMemory(k=3, store=store, session_id="s")
-    memory.save_context({"input": "warm"}, {"output": "up"})  # the script loaded
+    store.append("s", stamped(conversation(1)))  # the scripts loaded
     probe.config_resetstat()
     for t in range(50):
-        memory.save_context({"input": f"q{t}"}, {"output": f"a{t}"})
-        memory.get_context()
+        turn = stamped(conversation(1)[1:])
+        store.append("s", turn)  # EVALSHA
+        store.append("s", turn)  # EVALSHA: a retry, stores nothing
+        store.tail("s", 3)  # MULTI/EXEC
+        store.append_then_tail("s", stamped(conversation(1)[1:]), None, 3)  # MULTI/EXEC
+        store.compare_and_set("s", "zerda.n", t or None, t + 1)  # EVALSHA
     stats = probe.info("commandstats")
     calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
-    assert (calls.pop("evalsha"), calls.pop("multi"), calls.pop("exec")) == (50, 50, 50)
-    inside_a_tail = {"hmget", "llen", "lrange"}
-    inside_the_script = {"hmget", "llen", "rpush", "lindex", "ltrim", "hset", "pexpire"}
+    assert (calls.pop("evalsha"), calls.pop("multi"), calls.pop("exec")) == (200, 100, 100)
+    inside_a_tail = {"hgetall", "llen", "lrange"}
+    inside_the_scripts = {"hmget", "hget", "llen", "rpush", "lindex", "lset", "ltrim", "hset"}
+    inside_the_scripts |= {"pexpire", "zscore", "zadd", "zremrangebyscore"}
     ours = {"info", "config|resetstat"}
-    assert calls.keys() <= inside_a_tail | inside_the_script | ours, calls
-    assert calls["lrange"] == 100  # two per tail (system messages, turns), in MULTI
+    assert calls.keys() <= inside_a_tail | inside_the_scripts | ours, calls
+    assert calls["lrange"] == 200  # two per tail (system messages, turns), in MULTI
+    assert calls["hgetall"] == 100  # the session's metadata, with each tail
     store.close()
     probe.close()
 
 
 def test_a_tail_reads_what_it_returns_whatever_the_session_length(
-    private_redis: PrivateRedis,
+    private_redis: RedisServer,
 ) -> None:
     """The bytes Redis sends for a tail are the same for a session of 60 and of 12,000
     messages ending alike (the server's own count, on a server nobody else uses)."""
@@ -883,7 +1034,7 @@ def test_the_cli_against_redis(url: str, prefix: str, tmp_path: Path) -> None:
 
 
 def test_the_cli_says_in_one_line_when_redis_is_down(tmp_path: Path) -> None:
-    port = closed_port()
+    port = free_port()
     run = zerda("sessions", db=f"redis://:hunter2@127.0.0.1:{port}/0", cwd=tmp_path)
     assert run.returncode != 0
     assert "Traceback" not in run.stderr

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,22 +24,28 @@ from zerda.errors import (
 )
 from zerda.messages import Message, Role
 from zerda.stores._base import (
-    EMPTY_TAIL,
     AsyncClosingStore,
+    BoundedCache,
     ClosingStore,
     SessionInfo,
     Tail,
     TokenCounts,
+    canonical_json,
     check_batch,
     check_retention,
     check_session_id,
+    check_timeout,
+    empty_tail,
     metadata_copy,
+    redact,
+    same_json,
 )
-from zerda.stores._open import redact_target
 
 if TYPE_CHECKING:
     import redis
     import redis.asyncio
+    import redis.asyncio.cluster
+    import redis.cluster
 
 __all__ = ["EXPIRE_MARGIN", "AsyncRedisStore", "RedisStore", "open_redis_url"]
 
@@ -50,6 +58,8 @@ EXPIRE_MARGIN = 60.0
 writers' clock, as in every store); the keys' own expiry, set at each write, only frees the
 memory of sessions nobody purges, so it must never come first, even with clocks a little apart."""
 
+DEFAULT_TIMEOUT = 5.0
+
 # Decoded entries and log elements kept per store, by stored bytes: tails overlap from one read
 # to the next, and decoding costs more than the read.
 _CACHE_SIZE = 4096
@@ -58,19 +68,32 @@ _ELEMENT_CACHE_SIZE = 1024
 _PIPELINE_SIZE = 500
 _PREFIX = re.compile(r"[A-Za-z0-9_.:@+=\-]{1,100}")
 _INSTALL_HINT = "pip install 'zerda-memory[redis]'"
+# URL schemes, and whether each means a Redis Cluster.
+_SCHEMES = {
+    "redis": False,
+    "rediss": False,
+    "unix": False,
+    "redis+cluster": True,
+    "rediss+cluster": True,
+}
 
 # -- key layout -----------------------------------------------------------------------------
 #
-# One session is three keys sharing the hash tag ``{session_id}``, so that one script or one
+# One session is four keys sharing the hash tag ``{session_id}``, so that one script or one
 # MULTI/EXEC can touch them all on Redis Cluster too (session ids cannot hold braces):
 #
 #   {prefix}:{id}:meta    hash: created, updated (epoch seconds as Python wrote them), count
 #                         (messages in the log), strim (system messages retention dropped from
 #                         the log), prelude (1 when the log opens with system messages that
-#                         came before any turn), and metadata as "m:<JSON key>" fields
+#                         came before any turn), base (messages retention dropped from the
+#                         log: the position of its first message), and metadata as
+#                         "m:<JSON key>" fields holding canonical JSON values
 #   {prefix}:{id}:log     list: one element per turn (after the prelude, if any), holding the
 #                         turn's messages in order, system messages among them included
 #   {prefix}:{id}:system  list: every system message's entry (pinned; retention keeps them)
+#   {prefix}:{id}:ids     sorted set: the id of every message ``history`` holds, scored by the
+#                         message's position in the session (system messages: +inf, as
+#                         retention keeps them), so retention forgets the ids of what it drops
 #
 # An entry is "<token counts as a JSON object, or nothing>\n<Message.to_json()>"; an element of
 # the log is "<messages>,<system messages>" and then each entry, joined by NUL. JSON never holds
@@ -81,13 +104,13 @@ _INSTALL_HINT = "pip install 'zerda-memory[redis]'"
 # about 9 µs that way; through a script, which copies every byte into Lua and out again, it took
 # about 60 µs of the server everyone shares. The price is on writes that add to an open turn:
 # the turn's element is rewritten (LSET), O(the turn).
-_SUFFIXES = ("meta", "log", "system")
+_SUFFIXES = ("meta", "log", "system", "ids")
 _META_FIELD = "m:"
 
 # -- Lua: each write is one script (atomic, one round trip) --------------------------------------
 
 _PRELUDE = """
-local meta, log, system = KEYS[1], KEYS[2], KEYS[3]
+local meta, log, system, ids = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now, ttl = ARGV[1], ARGV[2]
 
 local function corrupt(what, value)
@@ -109,32 +132,46 @@ end
 _WRITE_PRELUDE = (
     _PRELUDE
     + """
--- The session's count, strim and prelude, for a write at `now`. A missing or expired session
--- starts afresh, and so do the remains of one whose meta key is gone (evicted).
-local function writable()
-  local m = redis.call('HMGET', meta, 'updated', 'count', 'strim', 'prelude')
-  if m[1] and not expired(m[1]) then
-    return number(m[2], 'count'), number(m[3], 'strim'), number(m[4], 'prelude')
-  end
-  redis.call('DEL', meta, log, system)
+-- The live session's counters, or nil: no session, an expired one, or the remains of one whose
+-- meta key is gone (evicted).
+local function live()
+  local m = redis.call('HMGET', meta, 'updated', 'count', 'strim', 'prelude', 'base')
+  if not m[1] or expired(m[1]) then return nil end
+  local base = 0
+  if m[5] then base = number(m[5], 'base') end
+  return {count = number(m[2], 'count'), strim = number(m[3], 'strim'),
+          prelude = number(m[4], 'prelude'), base = base}
+end
+
+-- The counters of `session` (from live()) for a write at `now`; without one, a fresh session,
+-- once the remains of an older one are deleted.
+local function writable(session)
+  if session then return session end
+  redis.call('DEL', meta, log, system, ids)
   redis.call('HSET', meta, 'created', now)
-  return 0, 0, 0
+  return {count = 0, strim = 0, prelude = 0, base = 0}
 end
 
 -- Writes the counters, and pushes Redis's own expiry back ('0': none).
-local function written(count, strim, prelude, expire_ms)
-  redis.call('HSET', meta, 'updated', now, 'count', count, 'strim', strim, 'prelude', prelude)
+local function written(s, expire_ms)
+  redis.call('HSET', meta, 'updated', now, 'count', s.count, 'strim', s.strim,
+    'prelude', s.prelude, 'base', s.base)
   if expire_ms ~= '0' then
-    for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], expire_ms) end
+    for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], expire_ms) end
   end
 end
 """
 )
 
 # ARGV[3]: expiry in ms ('0': none); ARGV[4]: max messages ('0': keep all); ARGV[5]: messages in
-# the batch; ARGV[6]: new turns in it; ARGV[7]: its leading system messages and ARGV[8] what
-# follows them up to its first user message (both elements, '' for none); ARGV[9...]: one
-# element per new turn, then the entry of each system message of the batch.
+# the batch; ARGV[6]: new turns in it; ARGV[7]: how many of its messages have an id, then for
+# each the id and its offset in the batch ('s' for a system message). Then its leading system
+# messages and what follows them up to its first user message (both elements, '' for none), one
+# element per new turn, and the entry of each system message of the batch.
+#
+# Returns how many messages it stored: all of them, or none when every one has an id the
+# session holds (a retry). When only some ids are held it writes nothing and returns their
+# numbers (1 for the first id given): the caller sends the batch again without them.
 _APPEND = (
     _WRITE_PRELUDE
     + """
@@ -165,47 +202,75 @@ local function merged(element, piece)
 end
 
 local keep, added, groups = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local count, strim, prelude = writable()
-local turns = redis.call('LLEN', log) - prelude
+local named = tonumber(ARGV[7])
+local at = 8 + 2 * named  -- the batch's first element
+local session = live()
+if session and named > 0 then
+  local held = {}
+  for i = 1, named do
+    if redis.call('ZSCORE', ids, ARGV[6 + 2 * i]) then held[#held + 1] = i end
+  end
+  if #held == added then
+    written(session, ARGV[3])
+    return 0
+  end
+  if #held > 0 then return held end
+end
+local s = writable(session)
+local first = s.base + s.count  -- the position of the batch's first message
+local turns = redis.call('LLEN', log) - s.prelude
 if turns > 0 then
   -- Up to its first user message, the batch continues the open turn.
-  local more = merged(ARGV[7], ARGV[8])
+  local more = merged(ARGV[at], ARGV[at + 1])
   if more ~= '' then redis.call('LSET', log, -1, merged(redis.call('LINDEX', log, -1), more)) end
 else
   -- No turn yet: system messages join the prelude; the first other message starts a turn.
-  if ARGV[7] ~= '' then
-    if prelude == 1 then
-      redis.call('LSET', log, 0, merged(redis.call('LINDEX', log, 0), ARGV[7]))
+  if ARGV[at] ~= '' then
+    if s.prelude == 1 then
+      redis.call('LSET', log, 0, merged(redis.call('LINDEX', log, 0), ARGV[at]))
     else
-      redis.call('RPUSH', log, ARGV[7])
-      prelude = 1
+      redis.call('RPUSH', log, ARGV[at])
+      s.prelude = 1
     end
   end
-  if ARGV[8] ~= '' then redis.call('RPUSH', log, ARGV[8]) end
+  if ARGV[at + 1] ~= '' then redis.call('RPUSH', log, ARGV[at + 1]) end
 end
-push(log, ARGV, 9, 8 + groups)
-push(system, ARGV, 9 + groups, #ARGV)
-count = count + added
+push(log, ARGV, at + 2, at + 1 + groups)
+push(system, ARGV, at + 2 + groups, #ARGV)
+s.count = s.count + added
+local scored = {}
+for i = 1, named do
+  local offset = ARGV[7 + 2 * i]
+  if offset == 's' then scored[#scored + 1] = 'inf' else scored[#scored + 1] = first + offset end
+  scored[#scored + 1] = ARGV[6 + 2 * i]
+  if #scored >= 1000 or i == named then
+    redis.call('ZADD', ids, unpack(scored))
+    scored = {}
+  end
+end
 
 -- Retention: keep at least `keep` messages, dropping the prelude and whole turns from the
 -- front; reads the elements it drops, and one more.
-if keep > 0 and count > keep then
-  turns = redis.call('LLEN', log) - prelude
+if keep > 0 and s.count > keep then
+  turns = redis.call('LLEN', log) - s.prelude
   local gone, gone_system = 0, 0
-  if prelude == 1 then gone, gone_system = header(redis.call('LINDEX', log, 0)) end
+  if s.prelude == 1 then gone, gone_system = header(redis.call('LINDEX', log, 0)) end
   local dropped = 0
   while dropped + 1 < turns do
-    local m, s = header(redis.call('LINDEX', log, prelude + dropped))
-    if count - (gone + m) < keep then break end
-    gone, gone_system, dropped = gone + m, gone_system + s, dropped + 1
+    local m, sys = header(redis.call('LINDEX', log, s.prelude + dropped))
+    if s.count - (gone + m) < keep then break end
+    gone, gone_system, dropped = gone + m, gone_system + sys, dropped + 1
   end
   if dropped > 0 then
-    redis.call('LTRIM', log, prelude + dropped, -1)
-    count, strim, prelude = count - gone, strim + gone_system, 0
+    redis.call('LTRIM', log, s.prelude + dropped, -1)
+    s.count, s.strim, s.prelude = s.count - gone, s.strim + gone_system, 0
+    s.base = s.base + gone
+    -- The ids of the dropped messages go; those of system messages (+inf) stay.
+    redis.call('ZREMRANGEBYSCORE', ids, '-inf', '(' .. s.base)
   end
 end
-written(count, strim, prelude, ARGV[3])
-return count
+written(s, ARGV[3])
+return added
 """
 )
 
@@ -213,7 +278,7 @@ return count
 _UPDATE_METADATA = (
     _WRITE_PRELUDE
     + """
-local count, strim, prelude = writable()
+local s = writable(live())
 for i = 4, #ARGV, 2 do
   if ARGV[i + 1] == '' then
     redis.call('HDEL', meta, ARGV[i])
@@ -221,7 +286,74 @@ for i = 4, #ARGV, 2 do
     redis.call('HSET', meta, ARGV[i], ARGV[i + 1])
   end
 end
-written(count, strim, prelude, ARGV[3])
+written(s, ARGV[3])
+return 1
+"""
+)
+
+# ARGV[3]: expiry in ms; ARGV[4]: the metadata field; ARGV[5]: the value expected there (JSON,
+# '' for none); ARGV[6]: the value to set ('' deletes the field); ARGV[7]: 'json' to compare
+# the values as JSON values, 'text' to compare the texts alone.
+#
+# Returns 1 if it set the value, 0 if the field does not hold the value expected, or {current
+# value} when it cannot tell (doubles cannot tell 10^40 from 10^40 + 1, nor cjson {} from []):
+# then the caller compares, and if the values are the same, calls again with that text
+# expected, in 'text' mode. Values are stored as canonical JSON, so the text compare is the
+# common case; the JSON compare is for equal values written apart (1 and 1.0, or by an older
+# Zerda, whose JSON was not canonical).
+_COMPARE_AND_SET = (
+    _WRITE_PRELUDE
+    + """
+local field, expected, value, mode = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local EXACT = 9007199254740992  -- 2^53: doubles above it are not every integer
+
+-- Whether two decoded JSON values are the same (nil: cannot tell).
+local function same(a, b)
+  local ta = type(a)
+  if ta ~= type(b) then return false end
+  if ta == 'number' then
+    if a ~= b then return false end
+    if math.abs(a) >= EXACT then return nil end
+    return true
+  end
+  if ta ~= 'table' then return a == b end  -- strings, booleans, cjson.null
+  local na, nb = 0, 0
+  for _ in pairs(a) do na = na + 1 end
+  for _ in pairs(b) do nb = nb + 1 end
+  if na ~= nb then return false end
+  if na == 0 then return nil end  -- {} or []: decoded alike
+  local unsure = false
+  for k, v in pairs(a) do
+    local w = b[k]
+    if w == nil then return false end
+    local r = same(v, w)
+    if r == false then return false end
+    if r == nil then unsure = true end
+  end
+  if unsure then return nil end
+  return true
+end
+
+local session = live()
+local current = false
+if session then current = redis.call('HGET', meta, field) end
+if not current or expected == '' then
+  if current or expected ~= '' then return 0 end
+elseif current ~= expected then
+  if mode == 'text' then return {current} end
+  local ok, a = pcall(cjson.decode, current)
+  if not ok then return {current} end
+  local verdict = same(a, cjson.decode(expected))
+  if verdict == nil then return {current} end
+  if not verdict then return 0 end
+end
+local s = writable(session)
+if value == '' then
+  redis.call('HDEL', meta, field)
+else
+  redis.call('HSET', meta, field, value)
+end
+written(s, ARGV[3])
 return 1
 """
 )
@@ -232,7 +364,7 @@ _DELETE = (
     + """
 local updated = redis.call('HGET', meta, 'updated')
 local live = updated and tonumber(updated) and not expired(updated)
-redis.call('DEL', meta, log, system)
+redis.call('DEL', meta, log, system, ids)
 if live then return 1 end
 return 0
 """
@@ -245,7 +377,7 @@ _PURGE = (
     + """
 local updated = redis.call('HGET', meta, 'updated')
 if updated and tonumber(updated) and expired(updated) then
-  redis.call('DEL', meta, log, system)
+  redis.call('DEL', meta, log, system, ids)
   return 1
 end
 return 0
@@ -266,12 +398,14 @@ return {m[1], m[2], messages, redis.call('LLEN', log) - number(m[5], 'prelude')}
 SCRIPTS: dict[str, str] = {
     "append": _APPEND,
     "update_metadata": _UPDATE_METADATA,
+    "compare_and_set": _COMPARE_AND_SET,
     "delete": _DELETE,
     "purge": _PURGE,
     "info": _INFO,
 }
+_SHAS = {name: hashlib.sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}
 
-# -- what the shared code asks the I/O drivers to do -------------------------------------------
+# -- what the operations ask for, and what the drivers do ---------------------------------------
 
 Arg = str | bytes | int
 
@@ -293,23 +427,49 @@ class _Calls:
 
 
 @dataclass(frozen=True, slots=True)
-class _Read:
-    """Run read commands in one MULTI/EXEC (one command alone is sent as it is): one round
-    trip, one snapshot; the replies, in order."""
+class _Multi:
+    """Run commands, a script call among them maybe, in one MULTI/EXEC (one read command
+    alone is sent as it is): one round trip, one atomic step; the replies, in order."""
 
-    commands: tuple[tuple[Arg, ...], ...]
+    commands: tuple[tuple[Arg, ...] | _Call, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class _Scan:
-    """Every key matching ``match`` (SCAN: several round trips, O(keys in the database))."""
+    """Every key matching ``match``, on every primary (SCAN: O(keys in the database))."""
 
     match: str
 
 
-_Request = _Call | _Calls | _Read | _Scan
+_Request = _Call | _Calls | _Multi | _Scan
 _Flow = Generator[_Request, Any, _T]
-"""An operation written once: it yields requests, the sync or async driver sends the replies."""
+"""An operation written once: it yields requests, and is sent each request's replies."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    """I/O: send one command; its reply (a server's error reply is returned, not raised)."""
+
+    args: tuple[Arg, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Pipeline:
+    """I/O: send commands at once, in a MULTI/EXEC if ``transaction``; their replies, a
+    server's error reply in the place of its command's."""
+
+    commands: tuple[tuple[Arg, ...], ...]
+    transaction: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _LoadScripts:
+    """I/O: load every script (on every primary of a cluster)."""
+
+
+_Op = _Command | _Pipeline | _LoadScripts | _Scan
+_Ops = Generator[_Op, Any, _T]
+"""What a driver runs: the I/O of an operation, scripts the server lacks loaded on the way."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +486,8 @@ def _redis_module() -> Any:
     try:
         import redis
         import redis.asyncio
+        import redis.asyncio.cluster
+        import redis.cluster
     except ImportError as exc:  # pragma: no cover - the extra is installed in development
         raise ConfigurationError(
             f"the Redis store needs redis-py: {_INSTALL_HINT} ({exc})"
@@ -344,22 +506,154 @@ def _parts(element: bytes | str) -> list[bytes] | list[str]:
     return element.split("\0")
 
 
+def _evalsha(call: _Call) -> tuple[Arg, ...]:
+    return ("EVALSHA", _SHAS[call.script], len(call.keys), *call.keys, *call.args)
+
+
+def _field(key: str) -> str:
+    """The meta hash field of metadata ``key`` (ASCII JSON: any key, and never a counter's)."""
+    return _META_FIELD + json.dumps(key)
+
+
+def _pairs(reply: Any) -> Mapping[Any, Any]:
+    """A hash read whole, its fields as the client gives them (bytes, or str if it decodes
+    responses): redis-py gives a dict (RESP3, or its RESP2 callback), or the flat list a bare
+    RESP2 reply is (in a cluster's MULTI/EXEC)."""
+    if isinstance(reply, list):
+        return dict(zip(reply[::2], reply[1::2], strict=True))
+    return reply or {}
+
+
+def _redis_url(url: str, cluster: bool) -> tuple[str, bool]:
+    """``url`` as redis-py takes it, and whether it is a cluster's (``cluster``, or a
+    ``redis+cluster://`` URL); :class:`ConfigurationError`, never a password, for one that
+    cannot be parsed or that a cluster cannot take."""
+    shown = redact(url)
+    accepted = "use redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://"
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigurationError(f"not a Redis URL: {shown!r}: {exc}; {accepted}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in _SCHEMES:
+        raise ConfigurationError(f"not a Redis URL: {shown!r}; {accepted}")
+    try:
+        parts.port  # noqa: B018 - urllib checks the port when it is read
+    except ValueError:
+        raise ConfigurationError(
+            f"not a Redis URL: {shown!r}: its port is not a number from 0 to 65535"
+        ) from None
+    cluster = cluster or _SCHEMES[scheme]
+    if scheme == "unix":
+        if cluster:
+            raise ConfigurationError(f"{shown!r}: a Redis Cluster is reached over TCP, not unix://")
+    else:
+        db = parts.path.strip("/")
+        if db and not (db.isascii() and db.isdigit()):
+            raise ConfigurationError(
+                f"not a Redis URL: {shown!r}: the database, after the host, must be a number"
+            )
+        if cluster:
+            parts = parts._replace(scheme=scheme.removesuffix("+cluster"))
+            url = urlunsplit(parts)
+    try:
+        options = _redis_module().connection.parse_url(url)
+    except ValueError as exc:
+        raise ConfigurationError(f"not a Redis URL: {shown!r}: {redact(str(exc))}") from None
+    if cluster:
+        if options.get("db", 0) != 0:
+            raise ConfigurationError(
+                f"{shown!r}: a Redis Cluster has database 0 only, got {options['db']}"
+            )
+        # redis-py's cluster client drops the options it does not know, silently.
+        unknown = sorted(set(options) - set(_redis_module().cluster.REDIS_ALLOWED_KEYS))
+        if unknown:
+            raise ConfigurationError(f"not a Redis URL: {shown!r}: unknown options {unknown}")
+    return url, cluster
+
+
+def _is_cluster(client: Any) -> bool:
+    module = _redis_module()
+    return isinstance(client, (module.cluster.RedisCluster, module.asyncio.cluster.RedisCluster))
+
+
+def _describe(client: Any) -> str:
+    """``redis://host:port/db`` for a client (``redis+cluster://`` a seed node of a cluster's),
+    never with its password."""
+    if _is_cluster(client):
+        node = client.get_default_node()
+        if node is None:  # an asyncio cluster client not used yet
+            node = next(iter(client.nodes_manager.startup_nodes.values()), None)
+        if node is None:
+            return "redis+cluster://"
+        return f"redis+cluster://{node.host}:{node.port}"
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
+    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
+    return f"redis://{host}:{port}/{kwargs.get('db', 0)}"
+
+
+def _client_options(timeout: float, *, asynchronous: bool) -> dict[str, Any]:
+    """Options of the clients a store makes from a URL (the URL's own query overrides them).
+
+    ``timeout`` bounds every wait on the server: connecting, and each reply. redis-py retries
+    a command whose connection failed; an append whose reply was lost would then be stored
+    again (harmless for messages with ids, not for others), and the wait would double. So no
+    retries: a failure is one clean StoreUnavailableError, and the next call reconnects (the
+    pool replaces connections the server closed).
+
+    Maintenance notifications (a Redis Enterprise feature, "auto" by default over RESP3) are
+    off: they stretch the timeouts during a maintenance, and while on, redis-py 8 stops
+    checking that an idle pooled connection is still open, so the first calls after a server
+    restart would fail.
+    """
+    from redis.backoff import NoBackoff
+    from redis.maint_notifications import MaintNotificationsConfig
+
+    if asynchronous:
+        from redis.asyncio.retry import Retry as AsyncRetry
+
+        retry: Any = AsyncRetry(NoBackoff(), 0)
+    else:
+        from redis.retry import Retry
+
+        retry = Retry(NoBackoff(), 0)
+    return {
+        "retry": retry,
+        "socket_connect_timeout": timeout,
+        "socket_timeout": timeout,
+        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+    }
+
+
 class _RedisBase:
     """Everything but the I/O: keys, arguments, the flows of each operation, decoding."""
+
+    _client: Any
 
     def __init__(
         self,
         url: str | None,
         client: Any,
-        client_class: str,
+        asynchronous: bool,
         prefix: str,
         ttl: float | None,
         max_messages: int | None,
+        timeout: float,
+        cluster: bool,
         clock: Callable[[], float],
     ) -> None:
         module = _redis_module()
-        expected = module.asyncio.Redis if client_class == "asyncio.Redis" else module.Redis
         name = type(self).__name__
+        if asynchronous:
+            plain, clustered = module.asyncio.Redis, module.asyncio.cluster.RedisCluster
+            cluster_client = "a redis.asyncio.cluster.RedisCluster"
+            wanted = f"a redis.asyncio.Redis client or {cluster_client}"
+        else:
+            plain, clustered = module.Redis, module.cluster.RedisCluster
+            cluster_client = "a redis.cluster.RedisCluster"
+            wanted = f"a redis.Redis client or {cluster_client}"
         if (url is None) == (client is None):
             raise ConfigurationError(
                 f"{name} takes a url or a client, exactly one; got "
@@ -367,30 +661,69 @@ class _RedisBase:
             )
         if url is not None and not isinstance(url, str):
             raise ConfigurationError(f"url must be a redis:// URL string, got {type(url).__name__}")
-        if client is not None and not isinstance(client, expected):
+        if client is not None and not isinstance(client, (plain, clustered)):
             raise ConfigurationError(
-                f"{name} takes a redis.{client_class} client, got "
-                f"{type(client).__module__}.{type(client).__qualname__}"
+                f"{name} takes {wanted}, got {type(client).__module__}.{type(client).__qualname__}"
             )
+        if not isinstance(cluster, bool):
+            raise ConfigurationError(f"cluster must be True or False, got {cluster!r}")
         check_retention(ttl, max_messages)
+        self.timeout = check_timeout(timeout)
         if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
             raise ConfigurationError(
                 f"prefix must be 1 to 100 ASCII letters, digits or _ . : @ + = -, got {prefix!r}"
             )
+        self._make: Callable[[], Any] | None = None
         if url is not None:
-            self.url = redact_target(url)
-            try:
-                client = expected.from_url(url, **_client_options())
-            except ValueError as exc:
-                raise ConfigurationError(f"not a Redis URL: {self.url!r}: {exc}") from exc
+            target, cluster = _redis_url(url, cluster)
+            self.url = redact(url)
+            options = _client_options(self.timeout, asynchronous=asynchronous)
+            factory = clustered if cluster else plain
+
+            def make() -> Any:
+                return factory.from_url(target, **options)
+
+            if cluster and not asynchronous:
+                # A sync cluster client asks the cluster for its slots when it is made: made
+                # at first use, so that making a store never waits on a server.
+                self._make, client = make, None
+            else:
+                try:
+                    client = make()
+                    if not cluster:
+                        # redis-py takes any query parameter, and fails on those it does not
+                        # know at the first connection: make one (no I/O) to fail here.
+                        pool = client.connection_pool
+                        pool.connection_class(**pool.connection_kwargs)
+                except (
+                    ValueError,
+                    TypeError,
+                    module.RedisError,
+                    module.exceptions.RedisClusterException,
+                ) as exc:
+                    raise ConfigurationError(
+                        f"not a Redis URL: {self.url!r}: {redact(str(exc))}"
+                    ) from None
         else:
-            self.url = _describe(getattr(client, "connection_pool", None))
+            if cluster and not isinstance(client, clustered):
+                raise ConfigurationError(
+                    f"{name}(cluster=True) takes {cluster_client} client, "
+                    f"got {type(client).__module__}.{type(client).__qualname__}"
+                )
+            cluster = isinstance(client, clustered)
+            self.url = _describe(client)
+        self.cluster = cluster
         self._client = client
         self._owns_client = url is not None
-        self._decodes_responses = bool(client.get_encoder().decode_responses)
-        self._scripts = {key: client.register_script(src) for key, src in SCRIPTS.items()}
-        self._errors: tuple[type[Exception], ...] = (module.RedisError,)
+        self._connecting = threading.Lock()
+        self._decoding(client is not None and _decodes(client))
+        self._errors: tuple[type[BaseException], ...] = (
+            module.RedisError,
+            module.exceptions.RedisClusterException,
+            OSError,
+        )
         self._response_error: type[Exception] = module.ResponseError
+        self._no_script: type[Exception] = module.exceptions.NoScriptError
         self.prefix = prefix
         self.ttl = ttl
         self.max_messages = max_messages
@@ -399,12 +732,36 @@ class _RedisBase:
         self._expire_arg = "0" if ttl is None else str(math.ceil((ttl + EXPIRE_MARGIN) * 1000))
         self._keep_arg = str(max_messages or 0)
         self._head = f"{prefix}:{{"
-        self._decoded: dict[bytes | str, tuple[Message, dict[str, Any] | None]] = {}
-        self._elements: dict[bytes | str, _Turn] = {}
+        self._decoded: BoundedCache[bytes | str, tuple[Message, dict[str, Any] | None]] = (
+            BoundedCache(_CACHE_SIZE)
+        )
+        self._elements: BoundedCache[bytes | str, _Turn] = BoundedCache(_ELEMENT_CACHE_SIZE)
         self._closed = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r}, prefix={self.prefix!r})"
+
+    def _connected(self) -> Any:
+        """The client; a sync cluster client made from a URL is made here, at first use."""
+        client = self._client
+        if client is None:
+            with self._connecting:
+                if self._client is None:
+                    assert self._make is not None
+                    made = self._make()
+                    self._decoding(_decodes(made))
+                    self._client = made
+                client = self._client
+        return client
+
+    def _decoding(self, decodes: bool) -> None:
+        """Read replies as the client gives them: str if it decodes responses, else bytes."""
+        self._decodes_responses = decodes
+        names = ("updated", "count", "strim", "prelude")
+        self._state_fields: tuple[bytes | str, ...] = (
+            names if decodes else tuple(name.encode() for name in names)
+        )
+        self._metadata_prefix: bytes | str = _META_FIELD if decodes else _META_FIELD.encode()
 
     # -- keys and arguments -------------------------------------------------------------------
 
@@ -429,9 +786,9 @@ class _RedisBase:
         except InvalidSessionIdError:
             return None  # not a key this store wrote
 
-    def _error(self, exc: Exception, doing: str) -> ZerdaError:
+    def _error(self, exc: BaseException, doing: str) -> ZerdaError:
         """The Zerda error for a redis-py error (the caller chains it)."""
-        text = str(exc)
+        text = redact(str(exc))
         where = f"Redis store {self.url}: cannot {doing}"
         # A pipeline's error reads "Command # 2 (...) of pipeline caused error: WRONGTYPE ...".
         corrupt = "WRONGTYPE" in text or "ZERDA-CORRUPT" in text
@@ -442,10 +799,66 @@ class _RedisBase:
     def _closed_error(self) -> StoreUnavailableError:
         return StoreUnavailableError(f"Redis store {self.url} is closed")
 
+    # -- from requests to I/O, written once for both drivers ----------------------------------
+
+    def _ops(self, flow: _Flow[_T]) -> _Ops[_T]:
+        """The I/O of ``flow``, request by request."""
+        reply: Any = None
+        while True:
+            try:
+                request = flow.send(reply)
+            except StopIteration as stop:
+                result: _T = stop.value
+                return result
+            reply = yield from self._perform(request)
+
+    def _perform(self, request: _Request) -> _Ops[Any]:
+        """One request's I/O. A script the server does not know (NOSCRIPT: a new or restarted
+        server) did nothing, so its command runs again once the scripts are loaded."""
+        if isinstance(request, _Call):  # the common case first, in short
+            command = _evalsha(request)
+            reply = yield _Command(command)
+            if isinstance(reply, self._no_script):
+                yield _LoadScripts()
+                reply = yield _Command(command)
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+        if isinstance(request, _Scan):
+            return (yield request)
+        transaction = False
+        if isinstance(request, _Calls):
+            commands = tuple(_evalsha(call) for call in request.calls)
+        else:
+            commands = tuple(c if isinstance(c, tuple) else _evalsha(c) for c in request.commands)
+            transaction = len(commands) > 1
+        if len(commands) == 1:
+            replies: list[Any] = [(yield _Command(commands[0]))]
+        else:
+            replies = list((yield _Pipeline(commands, transaction)))
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, self._no_script)]
+        if missing:
+            yield _LoadScripts()
+            if transaction:  # the reads beside the script ran: run the whole block again
+                replies = list((yield _Pipeline(commands, transaction)))
+            else:
+                again = [commands[i] for i in missing]
+                if len(again) == 1:
+                    replies[missing[0]] = yield _Command(again[0])
+                else:
+                    fresh = yield _Pipeline(tuple(again), False)
+                    for i, reply in zip(missing, fresh, strict=True):
+                        replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
     # -- encoding and decoding ----------------------------------------------------------------
 
+    @staticmethod
     def _entries(
-        self, messages: Sequence[Message], given: TokenCounts
+        messages: Sequence[Message], given: TokenCounts
     ) -> tuple[list[bytes], list[dict[str, Any] | None]]:
         """Each message's stored entry, and its counts (as a tail decodes them)."""
         n = len(messages)
@@ -462,19 +875,16 @@ class _RedisBase:
         else:
             counts = [{name: c[i] for name, c in given.items()} for i in range(n)]
             heads = [json.dumps(c, separators=(",", ":")) for c in counts]
-        entries = []
-        for m, head in zip(messages, heads, strict=True):
-            try:
-                entries.append(f"{head}\n{m.to_json()}".encode())
-            except UnicodeEncodeError:
-                # A lone surrogate has no UTF-8 form; escaped JSON keeps it exactly.
-                body = json.dumps(m.to_dict(), separators=(",", ":"))
-                entries.append(f"{head}\n{body}".encode())
-        return entries, counts
+        # Message checks its text is valid Unicode, so every entry has a UTF-8 form.
+        return [
+            f"{head}\n{m.to_json()}".encode() for m, head in zip(messages, heads, strict=True)
+        ], counts
 
     @staticmethod
-    def _pieces(messages: Sequence[Message], entries: list[bytes]) -> tuple[Arg, ...]:
-        """The append script's arguments from ARGV[5] on: the batch cut where turns start."""
+    def _pieces(messages: Sequence[Message], entries: Sequence[bytes]) -> tuple[int, list[bytes]]:
+        """The batch cut where turns start, as the append script takes it: how many new turns,
+        and the elements (leading system messages, what follows them up to the first user
+        message, each new turn), then each system message's entry."""
         n = len(messages)
         system = [m.role is _SYSTEM for m in messages]
         users = [i for i, m in enumerate(messages) if m.role is _USER]
@@ -488,31 +898,45 @@ class _RedisBase:
             return _NUL.join([head, *entries[begin:end]])
 
         turns = [element(a, b) for a, b in itertools.pairwise([*users, n])]
-        return (
-            str(n),
-            str(len(turns)),
+        return len(turns), [
             element(0, first_other),
             element(first_other, first_user),
             *turns,
             *(entries[i] for i in range(n) if system[i]),
+        ]
+
+    def _append_args(
+        self, messages: Sequence[Message], entries: Sequence[bytes]
+    ) -> tuple[Arg, ...]:
+        groups, elements = self._pieces(messages, entries)
+        named: list[Arg] = []
+        for offset, m in enumerate(messages):
+            if m.id is not None:
+                named += (m.id, "s" if m.role is _SYSTEM else offset)
+        return (
+            *self._clocked(),
+            self._expire_arg,
+            self._keep_arg,
+            len(messages),
+            groups,
+            len(named) // 2,
+            *named,
+            *elements,
         )
 
     def _remember(
-        self, entries: list[bytes], messages: Sequence[Message], counts: list[Any]
+        self, entries: Sequence[bytes], messages: Sequence[Message], counts: Sequence[Any]
     ) -> None:
         """Let the next tail find a batch just written already decoded."""
-        decoded, n = self._decoded, min(len(entries), _CACHE_SIZE)
-        if len(decoded) + n > _CACHE_SIZE:
-            decoded.clear()
-        for i in range(len(entries) - n, len(entries)):
-            key: bytes | str = entries[i].decode() if self._decodes_responses else entries[i]
-            decoded[key] = (messages[i], counts[i])
+        if self._decodes_responses:
+            keys: Iterable[bytes | str] = (entry.decode() for entry in entries)
+        else:
+            keys = entries
+        self._decoded.put_many(list(zip(keys, zip(messages, counts, strict=True), strict=True)))
 
     def _entry(
         self, raw: bytes | str, session_id: str, remember: bool = True
     ) -> tuple[Message, dict[str, Any] | None]:
-        # Dropping a whole cache when full keeps every step one dict operation, safe between
-        # threads without a lock; messages are immutable, so sharing them is safe.
         hit = self._decoded.get(raw)
         if hit is not None:
             return hit
@@ -529,9 +953,7 @@ class _RedisBase:
             raise self._corrupt(session_id, f"an entry cannot be decoded: {exc}") from exc
         hit = (message, counts)
         if remember:
-            if len(self._decoded) >= _CACHE_SIZE:
-                self._decoded.clear()
-            self._decoded[raw] = hit
+            self._decoded.put(raw, hit)
         return hit
 
     def _element(self, raw: bytes | str, session_id: str, remember: bool = True) -> _Turn:
@@ -556,9 +978,7 @@ class _RedisBase:
             tuple(c for _, c in shown),
         )
         if remember:
-            if len(self._elements) >= _ELEMENT_CACHE_SIZE:
-                self._elements.clear()
-            self._elements[raw] = hit
+            self._elements.put(raw, hit)
         return hit
 
     def _corrupt(self, session_id: str, what: str) -> CorruptDataError:
@@ -575,36 +995,96 @@ class _RedisBase:
         except (TypeError, ValueError) as exc:
             raise self._corrupt(session_id, f"its meta key reads {list(fields)!r:.200}") from exc
 
+    def _metadata(self, session_id: str, fields: Mapping[Any, Any]) -> dict[str, Any]:
+        """The session metadata in a meta hash read whole (see :func:`_pairs`)."""
+        metadata: dict[str, Any] = {}
+        prefix = self._metadata_prefix
+        for name, value in fields.items():
+            if name[:2] == prefix:
+                try:
+                    metadata[json.loads(name[2:])] = json.loads(value)
+                except (ValueError, RecursionError) as exc:
+                    raise self._corrupt(
+                        session_id, f"its metadata field {name!r} cannot be decoded: {exc}"
+                    ) from exc
+        return metadata
+
+    def _value(self, session_id: str, key: str, raw: bytes | str) -> Any:
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise self._corrupt(
+                session_id, f"its metadata {key!r} cannot be decoded: {exc}"
+            ) from exc
+
     # -- the operations, written once ----------------------------------------------------------
 
     def _append(
-        self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None
-    ) -> _Flow[None]:
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        then_tail: tuple[int | None, str | None] | None = None,
+    ) -> _Flow[tuple[int, Tail | None]]:
+        """The append, and with ``then_tail`` (turns, counter) the tail right after it, in
+        the same MULTI/EXEC. One round trip, unless the session holds some, not all, of the
+        batch's ids: the script then writes nothing and names them, and the batch goes again
+        without them."""
         check_batch(messages, tokens)
         keys = self._keys(session_id)
         entries, counts = self._entries(messages, tokens or {})
-        now, ttl = self._clocked()
-        args = (now, ttl, self._expire_arg, self._keep_arg, *self._pieces(messages, entries))
-        yield _Call("append", keys, args)
-        self._remember(entries, messages, counts)
+        kept = list(range(len(messages)))
+        batch: Sequence[Message] = messages
+        sent: Sequence[bytes] = entries
+        reads = () if then_tail is None else self._tail_commands(keys, then_tail[0])
+        while True:
+            call = _Call("append", keys, self._append_args(batch, sent))
+            if then_tail is None:
+                reply = yield call
+            else:
+                replies = yield _Multi((call, *reads))
+                reply = replies[0]
+            if not isinstance(reply, list):
+                break
+            named = [i for i in kept if messages[i].id is not None]
+            held = {named[int(n) - 1] for n in reply}
+            kept = [i for i in kept if i not in held]
+            batch, sent = [messages[i] for i in kept], [entries[i] for i in kept]
+        stored = int(reply)
+        if stored:
+            self._remember(sent, batch, [counts[i] for i in kept])
+        if then_tail is None:
+            return stored, None
+        return stored, self._tail_of(session_id, replies[1:], then_tail[0], then_tail[1])
 
-    def _tail(self, session_id: str, turns: int | None, counter: str | None) -> _Flow[Tail]:
-        meta, log, system = self._keys(session_id)
-        wanted = None if turns is None else max(0, turns)
+    @staticmethod
+    def _tail_commands(keys: Sequence[str], turns: int | None) -> tuple[tuple[Arg, ...], ...]:
+        meta, log, system = keys[:3]
         commands: list[tuple[Arg, ...]] = [
-            ("HMGET", meta, "updated", "count", "strim", "prelude"),
+            ("HGETALL", meta),
             ("LLEN", log),
             ("LRANGE", system, 0, -1),
         ]
-        if wanted != 0:
-            commands.append(("LRANGE", log, 0 if wanted is None else -wanted, -1))
-        replies = yield _Read(tuple(commands))
-        fields = self._meta(session_id, replies[0])
-        if fields is None:
-            return EMPTY_TAIL
-        count, strim, prelude = fields
+        if turns is None or turns > 0:
+            commands.append(("LRANGE", log, 0 if turns is None else -turns, -1))
+        return tuple(commands)
+
+    def _tail(self, session_id: str, turns: int | None, counter: str | None) -> _Flow[Tail]:
+        replies = yield _Multi(self._tail_commands(self._keys(session_id), turns))
+        return self._tail_of(session_id, replies, turns, counter)
+
+    def _tail_of(
+        self, session_id: str, replies: Sequence[Any], turns: int | None, counter: str | None
+    ) -> Tail:
+        """The tail from the replies to :meth:`_tail_commands`."""
+        fields = _pairs(replies[0])
+        get = fields.get
+        state = self._meta(session_id, [get(name) for name in self._state_fields])
+        if state is None:
+            return empty_tail()
+        count, strim, prelude = state
         total_turns = int(replies[1]) - prelude
-        n = total_turns if wanted is None else min(wanted, total_turns)
+        n = total_turns if turns is None else min(max(0, turns), total_turns)
         elements = replies[3][len(replies[3]) - n :] if n > 0 else []
         messages: list[Message] = []
         offsets: list[int] = []
@@ -630,11 +1110,12 @@ class _RedisBase:
             strim + count,
             tokens if counter is not None else (),
             system_tokens if counter is not None else (),
+            self._metadata(session_id, fields),
         )
 
     def _history(self, session_id: str) -> _Flow[list[Message]]:
-        meta, log, system = self._keys(session_id)
-        replies = yield _Read(
+        meta, log, system = self._keys(session_id)[:3]
+        replies = yield _Multi(
             (("HMGET", meta, "updated", "strim"), ("LRANGE", system, 0, -1), ("LRANGE", log, 0, -1))
         )
         fields = self._meta(session_id, replies[0])
@@ -647,34 +1128,39 @@ class _RedisBase:
         return out
 
     def _get_metadata(self, session_id: str) -> _Flow[dict[str, Any]]:
-        (reply,) = yield _Read((("HGETALL", self._keys(session_id)[0]),))
-        # redis-py gives a dict (its callback), or the flat list a bare RESP2 reply is.
-        pairs = (
-            dict(zip(reply[::2], reply[1::2], strict=True)) if isinstance(reply, list) else reply
-        )
-        fields = {_text(k): v for k, v in (pairs or {}).items()}
-        if self._meta(session_id, [fields.get("updated")]) is None:
+        (reply,) = yield _Multi((("HGETALL", self._keys(session_id)[0]),))
+        fields = _pairs(reply)
+        if self._meta(session_id, [fields.get(self._state_fields[0])]) is None:
             return {}
-        metadata: dict[str, Any] = {}
-        for name, value in fields.items():
-            if name.startswith(_META_FIELD):
-                try:
-                    metadata[json.loads(name[len(_META_FIELD) :])] = json.loads(value)
-                except ValueError as exc:
-                    raise self._corrupt(
-                        session_id, f"its metadata field {name!r} cannot be decoded: {exc}"
-                    ) from exc
-        return metadata
+        return self._metadata(session_id, fields)
 
     def _update_metadata(self, session_id: str, values: Mapping[str, Any]) -> _Flow[None]:
         copied = metadata_copy(values)
         keys = self._keys(session_id)
         pairs: list[str] = []
         for key, value in copied.items():
-            # ASCII JSON for both: any key and value round-trips, and "" (deletes) is never JSON.
-            pairs.append(_META_FIELD + json.dumps(key))
-            pairs.append("" if value is None else json.dumps(value, separators=(",", ":")))
+            # Canonical JSON: compare_and_set compares texts first; "" (deletes) is never JSON.
+            pairs += (_field(key), "" if value is None else canonical_json(value))
         yield _Call("update_metadata", keys, (*self._clocked(), self._expire_arg, *pairs))
+
+    def _compare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> _Flow[bool]:
+        copied = metadata_copy({key: value}, reserved=True)[key]
+        wanted = metadata_copy({key: expected}, reserved=True)[key]
+        keys = self._keys(session_id)
+        new = "" if copied is None else canonical_json(copied)
+        old: Arg = "" if wanted is None else canonical_json(wanted)
+        mode = "json"
+        while True:
+            args = (*self._clocked(), self._expire_arg, _field(key), old, new, mode)
+            reply = yield _Call("compare_and_set", keys, args)
+            if not isinstance(reply, list):
+                return bool(int(reply))
+            # The script could not tell: compare here, and if the values are the same, set it
+            # if the field still holds that very text (else look again).
+            (current,) = reply
+            if not same_json(self._value(session_id, key, current), wanted):
+                return False
+            old, mode = current, "text"
 
     def _list_sessions(self) -> _Flow[list[SessionInfo]]:
         found = yield _Scan(f"{self._head}*}}:meta")
@@ -724,27 +1210,21 @@ def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
     return (items[i : i + size] for i in range(0, len(items), size))
 
 
-def _client_options() -> dict[str, Any]:
-    """Options of the clients a store makes from a URL (the URL's own query overrides them).
-
-    redis-py retries a command whose connection failed; an append whose reply was lost would
-    then be stored twice. So no retries: a failure is one clean StoreUnavailableError, and the
-    next call reconnects (the pool replaces connections the server closed).
-    """
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    return {
-        "retry": Retry(NoBackoff(), 0),
-        "socket_connect_timeout": 5.0,
-        "socket_timeout": 30.0,
-    }
+def _decodes(client: Any) -> bool:
+    return bool(client.get_encoder().decode_responses)
 
 
 def open_redis_url(url: str, **options: Any) -> RedisStore:
     """A :class:`RedisStore` for ``url``, which may name its key prefix: ``?prefix=NAME``
-    (what ``open_store`` and ``zerda --db`` accept; every other part goes to redis-py)."""
-    parts = urlsplit(url)
+    (what ``open_store`` and ``zerda --db`` accept; every other part goes to redis-py).
+    ``redis+cluster://host:port`` (or ``rediss+cluster://``) opens a Redis Cluster from that
+    seed node."""
+    if not isinstance(url, str):
+        raise ConfigurationError(f"url must be a redis:// URL string, got {type(url).__name__}")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return RedisStore(url, **options)  # which says what is wrong with it
     query = parse_qsl(parts.query, keep_blank_values=True)
     prefixes = [value for name, value in query if name == "prefix"]
     if prefixes:
@@ -754,92 +1234,126 @@ def open_redis_url(url: str, **options: Any) -> RedisStore:
     return RedisStore(url, **options)
 
 
-def _describe(pool: Any) -> str:
-    """``redis://host:port/db`` for a client's pool (never its password)."""
-    kwargs = getattr(pool, "connection_kwargs", {})
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
-    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
-    return f"redis://{host}:{port}/{kwargs.get('db', 0)}"
-
-
 class RedisStore(_RedisBase, ClosingStore):
-    """Sessions in Redis, shared by any number of workers.
+    """Sessions in Redis or Redis Cluster, shared by any number of workers.
 
     Give a ``url`` (``redis://[:password@]host:port/db``, ``rediss://`` for TLS,
-    ``unix:///path.sock``) or a ``client`` (a ``redis.Redis``, which the store uses as it is
-    and never closes). Each ``append`` is one Lua script call: the batch, its token counts,
-    the turn index, retention and expiry in one atomic step, so concurrent writers never
-    interleave and a call that fails stores nothing. Each ``tail`` is one MULTI/EXEC reading
-    the newest turns and the pinned system messages, whatever the session's length. Keys are
-    ``{prefix}:{session_id}:meta|log|system``; the braces make a session one hash slot, for
-    Redis Cluster.
+    ``unix:///path.sock``; ``redis+cluster://host:port`` or ``cluster=True`` for a Redis
+    Cluster, from that seed node) or a ``client`` (a ``redis.Redis`` or a
+    ``redis.cluster.RedisCluster``, which the store uses as it is and never closes).
+
+    Each ``append`` is one Lua script call: the batch, its token counts, the turn index,
+    retention and expiry in one atomic step, so concurrent writers never interleave and a call
+    that fails stores nothing. A message whose ``id`` the session already holds is skipped in
+    that same step, so a retry of an append whose reply was lost stores nothing twice. Each
+    ``tail`` is one MULTI/EXEC reading the newest turns, the pinned system messages and the
+    session's metadata, whatever the session's length; ``append_then_tail`` is both in one
+    MULTI/EXEC. ``compare_and_set`` is one script: metadata values are stored as canonical
+    JSON, compared as text, or as JSON values when the texts differ. Every call is one round
+    trip, but listing, clearing and purging (and an append of a batch the session holds part
+    of: the script stores nothing and names the held ids, and the rest goes again).
+
+    Keys are ``{prefix}:{session_id}:meta|log|system|ids``: the braces keep a session in one
+    hash slot, so on a cluster every script and MULTI/EXEC runs on one node. Listing, clearing
+    and purging SCAN the prefix's keys on every primary: O(keys in the database), for admin
+    work; ``clear`` is not atomic against concurrent writers.
 
     ``ttl`` and ``max_messages`` behave as in :class:`~zerda.stores.InMemoryStore`; with a
     ``ttl``, each write also sets Redis's own expiry on the session's keys (ttl +
-    :data:`EXPIRE_MARGIN`), so abandoned sessions free their memory unpurged. Listing,
-    clearing and purging SCAN the prefix's keys: O(keys in the database), for admin work;
-    ``clear`` is not atomic against concurrent writers.
+    :data:`EXPIRE_MARGIN`), so abandoned sessions free their memory unpurged.
 
-    A server that cannot be reached raises :class:`~zerda.StoreUnavailableError` (the URL
-    without its password, redis-py's error chained); once it is back, the same store works
-    again. A store made from a URL does not retry: a write whose reply was lost may have been
-    stored, and a retry would store it twice (give a ``client`` to choose otherwise). Stored
-    data that is not Zerda's raises :class:`~zerda.CorruptDataError`.
+    ``timeout`` (seconds, default 5) bounds every wait on the server of a client the store
+    makes from a URL: connecting and each reply (the URL's ``socket_timeout`` and
+    ``socket_connect_timeout`` win if it sets them). A server that cannot be reached, or that
+    stops answering, raises :class:`~zerda.StoreUnavailableError` within it (the URL without
+    its password, redis-py's error chained); once it is back, the same store works again.
+    Such a client does not retry: a write whose reply was lost may have been applied, and is
+    the caller's to retry (messages with ids are then stored once). A given ``client`` keeps
+    its own timeouts and retries. Stored data that is not Zerda's raises
+    :class:`~zerda.CorruptDataError`.
     """
 
     def __init__(
         self,
         url: str | None = None,
         *,
-        client: redis.Redis | None = None,
+        client: redis.Redis | redis.cluster.RedisCluster | None = None,
         prefix: str = "zerda",
         ttl: float | None = None,
         max_messages: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        cluster: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(url, client, "Redis", prefix, ttl, max_messages, clock)
-        self.client: redis.Redis = self._client
+        super().__init__(url, client, False, prefix, ttl, max_messages, timeout, cluster, clock)
+
+    @property
+    def client(self) -> redis.Redis | redis.cluster.RedisCluster:
+        """The redis-py client (a cluster client made from a URL connects when first used)."""
+        try:
+            client: redis.Redis | redis.cluster.RedisCluster = self._connected()
+        except self._errors as exc:
+            raise self._error(exc, "connect") from exc
+        return client
 
     def _drive(self, flow: _Flow[_T], doing: str) -> _T:
         if self._closed:
             raise self._closed_error()
+        ops = self._ops(flow)
         reply: Any = None
-        while True:
-            try:
-                request = flow.send(reply)
-            except StopIteration as stop:
-                result: _T = stop.value
-                return result
-            try:
-                reply = self._execute(request)
-            except self._errors as exc:
-                raise self._error(exc, doing) from exc
+        try:
+            while True:
+                try:
+                    op = ops.send(reply)
+                except StopIteration as stop:
+                    result: _T = stop.value
+                    return result
+                reply = self._do(op)
+        except self._errors as exc:
+            raise self._error(exc, doing) from exc
 
-    def _execute(self, request: _Request) -> Any:
-        if isinstance(request, _Call):
-            return self._scripts[request.script](request.keys, request.args)
-        if isinstance(request, _Read):
-            client: Any = self.client  # redis-py leaves execute_command untyped
-            if len(request.commands) == 1:
-                return [client.execute_command(*request.commands[0])]
-            pipe = client.pipeline(transaction=True)
-            for command in request.commands:
-                pipe.execute_command(*command)
-            return pipe.execute()
-        if isinstance(request, _Calls):
-            pipe = self.client.pipeline(transaction=False)
-            for call in request.calls:
-                self._scripts[call.script](call.keys, call.args, client=pipe)
-            return pipe.execute()
-        return list(self.client.scan_iter(match=request.match, count=1000))
+    def _do(self, op: _Op) -> Any:
+        client = self._connected()
+        if isinstance(op, _Command):
+            try:
+                return client.execute_command(*op.args)
+            except self._response_error as exc:
+                return exc
+        if isinstance(op, _Pipeline):
+            with client.pipeline(transaction=op.transaction) as pipe:
+                for args in op.commands:
+                    pipe.execute_command(*args)
+                return pipe.execute(raise_on_error=False)
+        if isinstance(op, _LoadScripts):
+            for source in SCRIPTS.values():
+                client.script_load(source)
+            return None
+        return list(client.scan_iter(match=op.match, count=1000))
 
     # -- the contract ----------------------------------------------------------------------------
 
     def append(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
-        self._drive(self._append(session_id, messages, tokens), f"append to {session_id!r}")
+    ) -> int:
+        stored, _ = self._drive(
+            self._append(session_id, messages, tokens), f"append to {session_id!r}"
+        )
+        return stored
+
+    def append_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        stored, tail = self._drive(
+            self._append(session_id, messages, tokens, (turns, counter)),
+            f"append to {session_id!r}",
+        )
+        assert tail is not None
+        return stored, tail
 
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         return self._drive(self._tail(session_id, turns, counter), f"read {session_id!r}")
@@ -852,6 +1366,11 @@ class RedisStore(_RedisBase, ClosingStore):
 
     def update_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
         self._drive(self._update_metadata(session_id, values), f"write {session_id!r}")
+
+    def compare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        return self._drive(
+            self._compare_and_set(session_id, key, expected, value), f"write {session_id!r}"
+        )
 
     def list_sessions(self) -> list[SessionInfo]:
         return self._drive(self._list_sessions(), "list sessions")
@@ -870,33 +1389,37 @@ class RedisStore(_RedisBase, ClosingStore):
         if self._closed:
             return
         self._closed = True
-        if self._owns_client:
-            self.client.close()
+        if self._owns_client and self._client is not None:
+            self._client.close()
 
 
 class AsyncRedisStore(_RedisBase, AsyncClosingStore):
     """The async protocol over ``redis.asyncio``: :class:`RedisStore`'s keys, scripts and
-    behaviour, each call awaited on the event loop (never a blocking call in ``async def``).
+    behaviour (``timeout`` and ``cluster`` too), each call awaited on the event loop (never a
+    blocking call in ``async def``).
 
-    Give a ``url`` or a ``client`` (a ``redis.asyncio.Redis``, never closed by the store).
-    Like redis.asyncio's clients, a store belongs to the event loop that first uses it; on
-    another loop it raises :class:`~zerda.ZerdaError` before sending anything. It has no sync
-    methods on purpose: a memory over it uses its async methods natively. Close with ``await
-    store.aclose()`` or ``async with``.
+    Give a ``url`` or a ``client`` (a ``redis.asyncio.Redis`` or a
+    ``redis.asyncio.cluster.RedisCluster``, never closed by the store). Like redis.asyncio's
+    clients, a store belongs to the event loop that first uses it; on another loop it raises
+    :class:`~zerda.ZerdaError` before sending anything. It has no sync methods on purpose: a
+    memory over it uses its async methods natively. Close with ``await store.aclose()`` or
+    ``async with``.
     """
 
     def __init__(
         self,
         url: str | None = None,
         *,
-        client: redis.asyncio.Redis | None = None,
+        client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | None = None,
         prefix: str = "zerda",
         ttl: float | None = None,
         max_messages: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        cluster: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(url, client, "asyncio.Redis", prefix, ttl, max_messages, clock)
-        self.client: redis.asyncio.Redis = self._client
+        super().__init__(url, client, True, prefix, ttl, max_messages, timeout, cluster, clock)
+        self.client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster = self._client
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _drive(self, flow: _Flow[_T], doing: str) -> _T:
@@ -912,42 +1435,65 @@ class AsyncRedisStore(_RedisBase, AsyncClosingStore):
                 f"{self!r} was first used on another event loop, and redis.asyncio clients "
                 "belong to one loop: make the store (and its client) in the loop that uses it"
             )
+        ops = self._ops(flow)
         reply: Any = None
-        while True:
-            try:
-                request = flow.send(reply)
-            except StopIteration as stop:
-                result: _T = stop.value
-                return result
-            try:
-                reply = await self._execute(request)
-            except self._errors as exc:
-                raise self._error(exc, doing) from exc
+        try:
+            while True:
+                try:
+                    op = ops.send(reply)
+                except StopIteration as stop:
+                    result: _T = stop.value
+                    return result
+                reply = await self._do(op)
+        except self._errors as exc:
+            raise self._error(exc, doing) from exc
 
-    async def _execute(self, request: _Request) -> Any:
-        if isinstance(request, _Call):
-            return await self._scripts[request.script](request.keys, request.args)
-        if isinstance(request, _Read):
-            client: Any = self.client  # redis-py leaves execute_command untyped
-            if len(request.commands) == 1:
-                return [await client.execute_command(*request.commands[0])]
-            async with client.pipeline(transaction=True) as pipe:
-                for command in request.commands:
-                    pipe.execute_command(*command)
-                return await pipe.execute()
-        if isinstance(request, _Calls):
-            async with self.client.pipeline(transaction=False) as pipe:
-                for call in request.calls:
-                    await self._scripts[call.script](call.keys, call.args, client=pipe)
-                return await pipe.execute()
-        return [key async for key in self.client.scan_iter(match=request.match, count=1000)]
+    async def _do(self, op: _Op) -> Any:
+        client: Any = self.client  # redis-py leaves execute_command untyped
+        if self.cluster:
+            # Learn the slots before any command: tasks that set a new client off together
+            # would each start it, and redis-py 8.1 then closes connections others are using.
+            await client.initialize()
+        if isinstance(op, _Command):
+            try:
+                return await client.execute_command(*op.args)
+            except self._response_error as exc:
+                return exc
+        if isinstance(op, _Pipeline):
+            async with client.pipeline(transaction=op.transaction) as pipe:
+                for args in op.commands:
+                    pipe.execute_command(*args)
+                return await pipe.execute(raise_on_error=False)
+        if isinstance(op, _LoadScripts):
+            for source in SCRIPTS.values():
+                await client.script_load(source)
+            return None
+        return [key async for key in client.scan_iter(match=op.match, count=1000)]
 
     # -- the contract ----------------------------------------------------------------------------
 
     async def aappend(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
-        await self._drive(self._append(session_id, messages, tokens), f"append to {session_id!r}")
+    ) -> int:
+        stored, _ = await self._drive(
+            self._append(session_id, messages, tokens), f"append to {session_id!r}"
+        )
+        return stored
+
+    async def aappend_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        stored, tail = await self._drive(
+            self._append(session_id, messages, tokens, (turns, counter)),
+            f"append to {session_id!r}",
+        )
+        assert tail is not None
+        return stored, tail
 
     async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         return await self._drive(self._tail(session_id, turns, counter), f"read {session_id!r}")
@@ -960,6 +1506,11 @@ class AsyncRedisStore(_RedisBase, AsyncClosingStore):
 
     async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
         await self._drive(self._update_metadata(session_id, values), f"write {session_id!r}")
+
+    async def acompare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        return await self._drive(
+            self._compare_and_set(session_id, key, expected, value), f"write {session_id!r}"
+        )
 
     async def alist_sessions(self) -> list[SessionInfo]:
         return await self._drive(self._list_sessions(), "list sessions")
