@@ -2,25 +2,23 @@
 
 Every test works in schemas of its own (``services.RUN_ID`` plus a counter), dropped when it
 ends, so runs never see each other's data. The fault tests start a private cluster (initdb,
-pg_ctl) and stop it hard; the machine's server is never stopped.
+pg_ctl; ``tests/_postgres_servers.py``) and stop it hard; the machine's server is never stopped.
+Bounded waits (a frozen server, SIGSTOP) are in ``test_postgres_timeouts.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import os
-import pwd
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,11 +34,14 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 import services
 import zerda.stores._postgres as postgres_module
 from _conversations import conversation
+from _postgres_servers import Cluster, free_port, private_cluster
 from _processes import run_processes
 from stores.contract import (
+    T0,
     AsyncStoreContract,
     FakeClock,
     StoreContract,
+    canonical,
     check_batches,
     process_writer,
     tagged_batch,
@@ -62,7 +63,8 @@ from zerda.stores import (
     Store,
     open_store,
 )
-from zerda.stores._postgres import MIGRATIONS, redacted_dsn
+from zerda.stores._base import redact, same_json
+from zerda.stores._postgres import MIGRATIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "coffee-order.jsonl"
@@ -171,13 +173,6 @@ class TestAsyncPostgresStore(_PostgresContract, AsyncStoreContract):
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def with_port(dsn: str, host: str, port: int) -> str:
     """``dsn`` (a URL) pointing at ``host:port`` instead."""
     parts = urlsplit(dsn)
@@ -254,11 +249,106 @@ def test_constructing_a_store_does_no_io(dsn: str, schema: str) -> None:
     ],
 )
 def test_dsns_are_shown_without_password(dsn: str, shown: str) -> None:
-    assert redacted_dsn(dsn) == shown
+    assert redact(dsn) == shown
     store = PostgresStore(dsn)
     assert store.dsn == shown
     assert repr(store) == f"PostgresStore({shown!r}, schema='zerda')"
     store.close()
+
+
+SECRET = "Pw-s3cret"
+
+
+def everything_said(exc: BaseException) -> str:
+    """What a traceback of ``exc`` prints: its message and every chained exception's."""
+    return "".join(traceback.format_exception(exc))
+
+
+def dead_dsns(port: int) -> list[str]:
+    """One DSN of each form, with a password, for a server that does not answer."""
+    return [
+        f"postgresql://u:{SECRET}@127.0.0.1:{port}/db",
+        f"postgresql://u@127.0.0.1:{port}/db?password={SECRET}",
+        f"postgresql://u@127.0.0.1:{port}/db?sslmode=disable&password={SECRET}&connect_timeout=3",
+        f"host=127.0.0.1 port={port} user=u password={SECRET} dbname=d",
+        f"host=127.0.0.1 port={port} user=u password='{SECRET}' dbname=d",
+        f"host=127.0.0.1 port={port} user=u password = 'it\\'s {SECRET}' dbname=d",
+    ]
+
+
+def test_no_password_in_any_output_for_a_server_that_does_not_answer() -> None:
+    for dsn in dead_dsns(free_port()):
+        with PostgresStore(dsn, timeout=1) as store:
+            assert SECRET not in repr(store) + store.dsn, dsn
+            assert "***" in store.dsn
+            for call in (store.list_sessions, functools.partial(store.history, "s")):
+                with pytest.raises(StoreUnavailableError) as info:
+                    call()
+                assert SECRET not in everything_said(info.value), dsn
+                assert isinstance(info.value.__cause__, psycopg.OperationalError)
+
+        async def main(dsn: str = dsn) -> None:
+            async with AsyncPostgresStore(dsn, timeout=1) as astore:
+                assert SECRET not in repr(astore) + astore.dsn
+                with pytest.raises(StoreUnavailableError) as ainfo:
+                    await astore.acompare_and_set("s", "k", None, 1)
+                assert SECRET not in everything_said(ainfo.value), dsn
+
+        run(main())
+
+
+@pytest.mark.parametrize("key", ["PASSWORD", "Password"])
+def test_a_password_key_libpq_does_not_know_is_refused_without_showing_it(key: str) -> None:
+    dsn = f"postgresql://u@127.0.0.1:{free_port()}/db?{key}={SECRET}"
+    for make in (PostgresStore, AsyncPostgresStore, postgres_module.open_postgres_url):
+        with pytest.raises(ConfigurationError) as info:
+            make(dsn)
+        assert SECRET not in everything_said(info.value)
+        assert "***" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://h:99999/db",
+        "postgresql://h:0/db",
+        "postgresql://h:5432,h2:70000/db",
+        "postgresql://[::1/db",
+        f"postgresql://u:{SECRET}@[::1/db",
+        "postgresql://u@h/db?schema=a&schema=b",
+        "host='unterminated",
+        f"host=h password='{SECRET}",
+        "host=h port=99999",
+    ],
+)
+def test_a_dsn_that_cannot_be_parsed_is_a_configuration_error(dsn: str) -> None:
+    makers: list[Callable[[str], object]] = [
+        postgres_module.open_postgres_url,
+        PostgresStore,
+        AsyncPostgresStore,
+    ]
+    if "://" in dsn:
+        makers.append(open_store)
+    for make in makers:
+        with pytest.raises(ConfigurationError) as info:
+            make(dsn)
+        assert SECRET not in everything_said(info.value)
+        assert not isinstance(info.value.__cause__, (ValueError, psycopg.Error)), "chained"
+
+
+def test_open_postgres_url_takes_a_key_value_dsn_with_a_schema(dsn: str, schema: str) -> None:
+    parts = urlsplit(dsn)
+    key_value = (
+        f"host={parts.hostname} port={parts.port or 5432} user={parts.username} "
+        f"dbname={parts.path.lstrip('/')} schema={schema}"
+    )
+    with postgres_module.open_postgres_url(key_value) as store:
+        assert store.schema == schema
+        assert "schema" not in store.dsn
+        store.append("s", [Message(Role.USER, "hi")])
+        assert [m.content for m in store.history("s")] == ["hi"]
+    with pytest.raises(ConfigurationError, match="once"):
+        postgres_module.open_postgres_url(f"{key_value} schema=other")
 
 
 def test_open_store_takes_postgres_urls_and_a_schema(dsn: str, schema: str) -> None:
@@ -347,6 +437,76 @@ def test_a_failing_migration_changes_nothing(
         assert [m.content for m in store.history("s")] == ["kept"]
 
 
+def write_version_2_session(dsn: str, schema: str) -> tuple[list[Message], dict[str, Any]]:
+    """A session written as the store of schema version 2 wrote it (messages as JSONB, one
+    with a NUL character as text; metadata as one JSONB object); its messages and what that
+    store's get_metadata returned."""
+    old = [
+        Message(Role.SYSTEM, "pinned"),
+        Message(Role.USER, "q", metadata={"f": 1e16}),
+        Message(Role.ASSISTANT, "a\x00b"),
+    ]
+    bodies = [m.to_json() for m in old]
+    with raw(dsn) as conn:
+        conn.execute(
+            f'SELECT "{schema}".zerda_append(%s, %s, NULL, NULL, %s::text[], %s::bigint[], '
+            "%s::bigint[], %s::text[], %s::text[], %s::text[])",
+            [
+                "s",
+                T0,
+                ["system", "user", "assistant"],
+                [0, 1, 1],
+                [0, 1, 1],
+                [bodies[0], bodies[1], None],
+                [None, None, bodies[2]],
+                ['{"x": 1}', '{"x": 2}', None],
+            ],
+        )
+        conn.execute(
+            f'SELECT "{schema}".zerda_update_metadata(%s, %s, NULL, %s::jsonb, %s::text[])',
+            ["s", T0, '{"f": 1e16, "n": 1.5, "summary": {"text": "so far", "turns": 1}}', []],
+        )
+        [(text,)] = conn.execute(
+            f"SELECT metadata::text FROM \"{schema}\".sessions WHERE session_id = 's'"
+        ).fetchall()
+    return old, json.loads(text)
+
+
+def test_a_version_2_schema_migrates_and_its_rows_read_as_they_did(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_module, "MIGRATIONS", MIGRATIONS[:2])
+    with PostgresStore(dsn, schema=schema) as old_store:
+        assert old_store.schema_version() == 2
+    monkeypatch.undo()
+    old, metadata = write_version_2_session(dsn, schema)
+    assert canonical(metadata["f"]) == canonical(10**16), "what JSONB did"
+    with PostgresStore(dsn, schema=schema, clock=FakeClock()) as store:
+        assert store.migrate() == (2, len(MIGRATIONS))
+        # Old rows read as they did, metadata included (1e16 had become an int).
+        assert store.history("s") == old
+        assert canonical(store.get_metadata("s")) == canonical(metadata)
+        tail = store.tail("s", None, "x")
+        assert (list(tail.tokens), list(tail.system_tokens)) == ([2, None], [1])
+        assert canonical(dict(tail.metadata)) == canonical(metadata)
+        # Legacy values compare as JSON values too; a write replaces them with exact text.
+        assert store.compare_and_set("s", "summary", {"text": "so far", "turns": 2}, 1) is False
+        assert store.compare_and_set("s", "n", "a\x00", 1) is False
+        assert store.compare_and_set("s", "f", 1e16, 2e16) is True
+        assert store.compare_and_set("s", "summary", {"turns": 1.0, "text": "so far"}, None)
+        assert canonical(store.get_metadata("s")) == canonical({"f": 2e16, "n": 1.5})
+        # New rows: exact, with ids; the turns go on from the old ones.
+        new = [Message(Role.USER, "q2", metadata={"f": 1e16}, id="u2")]
+        assert store.append("s", new) == 1
+        assert store.append("s", new) == 0
+        assert store.history("s") == [*old, *new]
+        assert json.dumps(dict(store.history("s")[-1].metadata)) == '{"f": 1e+16}'
+        assert store.tail("s", 1).messages == new
+        assert store.tail("s", None).total_turns == 2
+    with raw(dsn) as conn, pytest.raises(psycopg.errors.UndefinedColumn):
+        conn.execute(f'SELECT metadata FROM "{schema}".sessions')
+
+
 def test_a_newer_schema_is_refused(dsn: str, schema: str) -> None:
     with PostgresStore(dsn, schema=schema) as store:
         store.append("s", [Message(Role.USER, "kept")])
@@ -420,25 +580,43 @@ def proxy(dsn: str) -> Iterator[RoundTripProxy]:
     p.close()
 
 
-def _sync_operations(s: PostgresStore) -> dict[str, Callable[[], object]]:
-    batch = [*tagged_batch(0, 0, 3)]
-    tokens = tagged_tokens(0, 0, 3)
+def _operations(s: Any) -> dict[str, Callable[[], Any]]:
+    """Every call of the contract, by name (the ``a``-twins for an async store), each made so
+    that it can run again and again: a compare-and-set that succeeds each time, and a batch
+    whose ids are held after its first append."""
+    prefix = "a" if isinstance(s, AsyncPostgresStore) else ""
+    batch, tokens = tagged_batch(0, 0, 3), tagged_tokens(0, 0, 3)
+    held = [m.stamped() for m in tagged_batch(1, 0, 2)]
+    n = itertools.count()
+
+    def call(name: str, *args: Any) -> Callable[[], Any]:
+        method = getattr(s, prefix + name)
+        return lambda: method(*args)
+
+    def compare_and_set() -> Any:
+        i = next(n)
+        return getattr(s, prefix + "compare_and_set")("s", "zerda.n", i or None, i + 1)
+
     return {
-        "append": lambda: s.append("s", batch, tokens),
-        "tail": lambda: s.tail("s", 3, "tag"),
-        "history": lambda: s.history("s"),
-        "get_metadata": lambda: s.get_metadata("s"),
-        "update_metadata": lambda: s.update_metadata("s", {"k": 1, "gone": None}),
-        "list_sessions": lambda: s.list_sessions(),
-        "delete_session": lambda: s.delete_session("other"),
-        "purge_expired": lambda: s.purge_expired(),
+        "append": call("append", "s", batch, tokens),
+        "append (ids held)": call("append", "s", held),
+        "append_then_tail": call("append_then_tail", "s", batch, tokens, 3, "tag"),
+        "tail": call("tail", "s", 3, "tag"),
+        "history": call("history", "s"),
+        "get_metadata": call("get_metadata", "s"),
+        "update_metadata": call("update_metadata", "s", {"k": 1, "gone": None}),
+        "compare_and_set": compare_and_set,
+        "compare_and_set (fails)": call("compare_and_set", "s", "k", 2, 3),
+        "list_sessions": call("list_sessions"),
+        "delete_session": call("delete_session", "other"),
+        "purge_expired": call("purge_expired"),
     }
 
 
 def test_one_round_trip_per_call(proxy: RoundTripProxy, dsn: str, schema: str) -> None:
     proxied = with_port(dsn, "127.0.0.1", proxy.port)
     with PostgresStore(proxied, schema=schema, min_size=1, max_size=1) as s:
-        operations = _sync_operations(s)
+        operations = _operations(s)
         # Warm up: the schema is made, and psycopg prepares each statement at its 5th run on a
         # connection (one more round trip, once); from then on each call is one statement.
         for _ in range(6):
@@ -446,6 +624,7 @@ def test_one_round_trip_per_call(proxy: RoundTripProxy, dsn: str, schema: str) -
                 call()
         counts = {name: proxy.count(call) for name, call in operations.items()}
         assert counts == dict.fromkeys(operations, 1)
+        assert s.get_metadata("s")["zerda.n"] == 7, "every compare_and_set succeeded"
         # A memory's turn: one append, one tail read.
         memory = ConversationBufferWindowMemory(k=3, store=s, session_id="m")
         for _ in range(6):
@@ -460,14 +639,7 @@ def test_async_store_one_round_trip_per_call(proxy: RoundTripProxy, dsn: str, sc
 
     async def main() -> dict[str, int]:
         async with AsyncPostgresStore(proxied, schema=schema, min_size=1, max_size=1) as s:
-            batch, tokens = tagged_batch(0, 0, 3), tagged_tokens(0, 0, 3)
-            operations = {
-                "aappend": lambda: s.aappend("s", batch, tokens),
-                "atail": lambda: s.atail("s", 3, "tag"),
-                "ahistory": lambda: s.ahistory("s"),
-                "aupdate_metadata": lambda: s.aupdate_metadata("s", {"k": 1}),
-                "alist_sessions": lambda: s.alist_sessions(),
-            }
+            operations = _operations(s)
             for _ in range(6):
                 for call in operations.values():
                     await call()
@@ -476,10 +648,11 @@ def test_async_store_one_round_trip_per_call(proxy: RoundTripProxy, dsn: str, sc
                 before = proxy.round_trips
                 await call()
                 counts[name] = proxy.round_trips - before
+            assert (await s.aget_metadata("s"))["zerda.n"] == 7
             return counts
 
     counts = run(main())
-    assert counts == dict.fromkeys(counts, 1)
+    assert counts == dict.fromkeys(_operations(PostgresStore("postgresql://u@h/db")), 1)
 
 
 def test_the_proxy_does_count_every_round_trip(proxy: RoundTripProxy, dsn: str) -> None:
@@ -508,7 +681,7 @@ def test_tail_query_reads_two_primary_key_ranges(dsn: str, store: PostgresStore)
         conn.execute(f'ANALYZE "{store.schema}".sessions')
         conn.execute(f'ANALYZE "{store.schema}".messages')
         for session, turns in (("small", 2), ("big", 2), ("big", 10), ("big", 0)):
-            query = store._tail_query(session, turns, "x")
+            query = next(store._tail(session, turns, "x"))
             [(explained,)] = conn.execute(
                 f"EXPLAIN (ANALYZE, FORMAT JSON) {query.text}", query.params
             ).fetchall()
@@ -686,30 +859,58 @@ def test_purge_finds_expired_sessions_through_the_index(dsn: str, schema: str) -
 # -- what is stored, and what comes back -----------------------------------------------------
 
 
-def test_bodies_are_jsonb_and_nul_characters_kept_as_text(dsn: str, store: PostgresStore) -> None:
-    plain = Message(Role.USER, "plain", metadata={"k": [1, 2]}, created_at=1.5)
+def test_messages_are_stored_as_their_json_text_with_their_ids(
+    dsn: str, store: PostgresStore
+) -> None:
+    exact = Message(
+        Role.USER, "plain", metadata={"f": 1e16, "big": 10**40, "tiny": 5e-324}, id="m-1"
+    )
     nul = Message(Role.ASSISTANT, "a\x00b")
-    store.append("s", [plain, nul], {"x": [3, 4]})
+    store.append("s", [exact, nul], {"x": [3, 4]})
     with raw(dsn) as conn:
         rows = conn.execute(
-            f'SELECT body, body_text, tokens FROM "{store.schema}".messages ORDER BY seq'
+            f'SELECT body, body_text, id, tokens FROM "{store.schema}".messages ORDER BY seq'
         ).fetchall()
-    assert rows[0] == (plain.to_dict(), None, {"x": 3})  # JSONB, read back as objects
-    assert rows[1][0] is None
-    assert Message.from_json(rows[1][1]) == nul
-    assert store.history("s") == [plain, nul]
+    assert rows == [(None, exact.to_json(), "m-1", {"x": 3}), (None, nul.to_json(), None, {"x": 4})]
+    [back, _] = store.history("s")
+    assert json.dumps(dict(back.metadata)) == json.dumps(dict(exact.metadata))
+    assert store.history("s") == [exact, nul]
 
 
-def test_metadata_with_nul_characters_is_refused(store: PostgresStore) -> None:
-    store.update_metadata("s", {"kept": 1})
-    with pytest.raises(ConfigurationError, match="NUL"):
-        store.update_metadata("s", {"bad": "a\x00b"})
-    assert store.get_metadata("s") == {"kept": 1}
+def test_metadata_is_stored_as_json_text_one_row_per_key(dsn: str, store: PostgresStore) -> None:
+    store.update_metadata("s", {"f": 1e16, "t": "nul \x00", "o": {"b": 1.0, "a": [2]}, "k\x00": 1})
+    with raw(dsn) as conn:
+        rows = conn.execute(
+            f'SELECT key, value, cmp, legacy FROM "{store.schema}".metadata ORDER BY key'
+        ).fetchall()
+    # The value as Python wrote it; beside it, when that differs, the text compare_and_set
+    # compares (sorted keys, integral floats as ints).
+    assert rows == [
+        ('"f"', "1e+16", "10000000000000000", None),
+        ('"k\\u0000"', "1", None, None),
+        ('"o"', '{"b":1.0,"a":[2]}', '{"a":[2],"b":1}', None),
+        ('"t"', '"nul \\u0000"', None, None),
+    ]
+    assert store.compare_and_set("s", "o", {"a": [2.0], "b": 1}, {"c": True}) is True
+    assert store.compare_and_set("s", "k\x00", 1.0, None) is True
+    assert store.compare_and_set("s", "t", "nul \x00", "x") is True
+    assert store.get_metadata("s") == {"f": 1e16, "t": "x", "o": {"c": True}}
+
+
+def test_compare_and_set_compares_as_same_json_does(store: PostgresStore) -> None:
+    """Equal JSON values by Python's rules, where JSONB equality would differ: 1e23 (a float)
+    is not 10**23, and a NUL character compares like any other."""
+    store.update_metadata("s", {"n": 1e23, "z": "a\x00"})
+    assert same_json(1e23, 10**23) is False
+    assert store.compare_and_set("s", "n", 10**23, 1) is False
+    assert store.compare_and_set("s", "n", 1e23, 1) is True
+    assert store.compare_and_set("s", "z", "a\x01", 1) is False
+    assert store.compare_and_set("s", "z", "a\x00", 1) is True
 
 
 def test_text_that_is_not_unicode_is_refused_and_nothing_written(store: PostgresStore) -> None:
     with pytest.raises(ConfigurationError, match="Unicode"):
-        store.append("s", [Message(Role.USER, "ok"), Message(Role.USER, "\ud800")])
+        store.append("s", [Message(Role.USER, "ok")], {"\ud800": [1]})
     assert store.list_sessions() == []
 
 
@@ -730,7 +931,7 @@ def test_a_row_that_cannot_be_decoded_is_corrupt_data(
         store.append("good", [Message(Role.USER, "fine")], {"x": [1]})
         store.append("bad-one", [Message(Role.USER, "fine")], {"x": [1]})
     with raw(dsn) as conn:
-        other = "body" if column == "body_text" else None
+        other = "body_text" if column == "body" else None  # new rows keep body_text
         assignments = f"{column} = %s" + (f", {other} = NULL" if other else "")
         conn.execute(
             f'UPDATE "{schema}".messages SET {assignments} WHERE sid = '
@@ -756,7 +957,7 @@ def test_a_pool_given_is_used_as_it_is_and_left_open(dsn: str, schema: str) -> N
         with PostgresStore(pool=pool, schema=schema) as s:
             s.append("s", [Message(Role.USER, "hi")])
             assert [m.content for m in s.history("s")] == ["hi"]
-            assert s.dsn == redacted_dsn(dsn)
+            assert s.dsn == redact(dsn)
         assert not pool.closed
         with pool.connection() as conn:
             assert conn.autocommit is False
@@ -855,102 +1056,10 @@ def test_a_dead_server_is_store_unavailable_naming_the_dsn_without_password() ->
 # -- the fault test: a private cluster stopped hard mid-run, then started again ------------------
 
 
-@dataclass
-class Cluster:
-    """A private Postgres cluster (initdb + pg_ctl) on a port of its own."""
-
-    root: Path
-    port: int
-    as_postgres: list[str]
-    pg_ctl: str
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def dsn(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _ctl(self, *args: str) -> None:
-        subprocess.run(
-            [*self.as_postgres, self.pg_ctl, "-D", str(self.data), *args],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
-        self._ctl("-o", options, "-l", str(self.root / "log"), "-w", "-t", "60", "start")
-
-    def stop_hard(self) -> None:
-        """Kill every server process at once (no checkpoint); the next start recovers."""
-        self._ctl("-m", "immediate", "-w", "stop")
-
-    def running(self) -> bool:
-        done = subprocess.run(
-            [*self.as_postgres, self.pg_ctl, "-D", str(self.data), "status"],
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        return done.returncode == 0
-
-
-def _cluster_unavailable(reason: str) -> None:
-    if services.REQUIRED:
-        pytest.fail(f"cannot start a private Postgres cluster: {reason}", pytrace=False)
-    pytest.skip(f"cannot start a private Postgres cluster: {reason}")
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
-    if initdb is None or pg_ctl is None:
-        _cluster_unavailable("initdb and pg_ctl are not on PATH")
-    assert initdb is not None
-    assert pg_ctl is not None
-    as_postgres: list[str] = []
-    # initdb and pg_ctl refuse to run as root: run them as the postgres user, in a folder it
-    # owns (pytest's tmp_path is private to root, so a folder of our own under /tmp).
-    root = Path(tempfile.mkdtemp(prefix="zerda-pg-"))
-    try:
-        if os.geteuid() == 0:
-            try:
-                user = pwd.getpwnam("postgres")
-            except KeyError:
-                _cluster_unavailable("running as root, and there is no postgres user")
-            runuser = shutil.which("runuser")
-            if runuser is None:
-                _cluster_unavailable("running as root, and runuser is missing")
-            os.chown(root, user.pw_uid, user.pw_gid)
-            as_postgres = [str(runuser), "-u", "postgres", "--"]
-        subprocess.run(
-            [
-                *as_postgres,
-                initdb,
-                "-D",
-                str(root / "data"),
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "--no-sync",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=180,
-        )
-        c = Cluster(root, free_port(), as_postgres, pg_ctl)
-        c.start()
-        try:
-            yield c
-        finally:
-            if c.running():
-                c.stop_hard()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with private_cluster() as c:
+        yield c
 
 
 def _check_survivors(history: list[Message], acknowledged: list[int], after: str) -> None:

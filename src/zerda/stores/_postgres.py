@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import json
 import math
+import os
 import re
 import select
+import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any, NamedTuple
+from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from zerda.errors import (
@@ -20,19 +25,23 @@ from zerda.errors import (
     StoreUnavailableError,
     ZerdaError,
 )
-from zerda.messages import Message, Role
+from zerda.messages import Message
 from zerda.stores._base import (
-    EMPTY_TAIL,
     AsyncClosingStore,
     ClosingStore,
     DecodedMessages,
     SessionInfo,
     Tail,
     TokenCounts,
+    canonical_json,
     check_batch,
     check_retention,
     check_session_id,
+    check_timeout,
+    decode_metadata,
+    empty_tail,
     metadata_copy,
+    redact,
 )
 
 try:
@@ -49,11 +58,13 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
 
 __all__ = ["MIGRATIONS", "AsyncPostgresStore", "PostgresStore", "open_postgres_url"]
 
-_USER, _SYSTEM = Role.USER, Role.SYSTEM
+_T = TypeVar("_T")
 
 # System messages belong to no turn; they are stored under this turn number, so that they sort
 # before every turn of their session and read as one short range of the primary key.
 SYSTEM_TURN = -1
+# A tail's first row (turn -2 in zerda_tail) carries the session's totals and metadata;
+# append_then_tail puts one more row before it (turn -3) saying how many messages it stored.
 # Decoded messages kept per store, by stored text (as the SQLite store does).
 _CACHE_SIZE = 4096
 # Postgres truncates longer identifiers silently; refuse them instead.
@@ -62,8 +73,12 @@ _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A ``turns`` argument beyond this is "all of them" (and stays inside bigint).
 _MAX_TURNS = 2**62
 # A call waiting for a connection looks up this often whether the pool's attempt to make one
-# has failed, so that it fails then rather than when the pool's timeout runs out.
+# has failed, so that it fails then rather than when its time runs out.
 _WAIT_SLICE = 0.1
+# The client gives a statement this much longer than the server's statement_timeout, so that a
+# slow statement on a live server is cancelled by the server (the connection stays usable)
+# before the client gives up on the connection.
+_GRACE = 0.25
 
 Rows = list[tuple[Any, ...]]
 
@@ -72,9 +87,9 @@ Rows = list[tuple[Any, ...]]
 #
 # Ordered, named functions, each applied once and recorded by name in the schema's
 # ``_zerda_migrations`` table. A migration returns SQL statements (templates where ``{schema}``
-# is the store's schema, quoted by psycopg.sql.Identifier), so that the sync and the async
-# store run the very same ones. Add a migration by appending a function; never edit or reorder
-# one that has shipped.
+# is the store's schema, quoted by psycopg.sql.Identifier, and braces are doubled), so that the
+# sync and the async store run the very same ones. Add a migration by appending a function;
+# never edit or reorder one that has shipped.
 
 Migration = Callable[[], list[str]]
 MIGRATIONS: list[Migration] = []
@@ -295,36 +310,352 @@ def m002_write_functions() -> list[str]:
     ]
 
 
+@_migration
+def m003_ids_exact_json_and_compare_and_set() -> list[str]:
+    # - Message ids: a column, unique per session where set. An append skips the messages
+    #   whose id its session holds, in the same statement, under the session's lock.
+    # - Exact JSON: new messages keep their JSON text (body_text; JSONB turned 1e16 into an
+    #   int); rows written before keep reading as they were. Session metadata moves to one row
+    #   per key holding its value's JSON text; the values JSONB held stay in ``legacy`` until
+    #   written again. ``key`` is the key as a JSON string (NUL characters and all).
+    # - compare_and_set compares ``cmp``: the value as canonical JSON with integral floats
+    #   written as ints (NULL when that is ``value`` itself), so that two values have the same
+    #   text exactly when they are equal JSON values; a legacy value compares as JSONB.
+    # - Reads: zerda_tail returns the tail and the metadata in one statement (an inlined SQL
+    #   function); zerda_append_then_tail appends and returns the tail under one lock.
+    return [
+        """
+        CREATE TABLE {schema}.metadata (
+            sid bigint NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            value text,
+            cmp text,
+            legacy jsonb,
+            PRIMARY KEY (sid, key),
+            CHECK ((value IS NULL) <> (legacy IS NULL))
+        )
+        """,
+        """
+        INSERT INTO {schema}.metadata (sid, key, legacy)
+            SELECT s.sid, to_json(e.key)::text, e.value
+            FROM {schema}.sessions s CROSS JOIN LATERAL jsonb_each(s.metadata) e
+        """,
+        # Old clients refuse a schema newer than they know; the functions they would call go.
+        """
+        DROP FUNCTION {schema}.zerda_update_metadata(
+            text, double precision, double precision, jsonb, text[])
+        """,
+        """
+        DROP FUNCTION {schema}.zerda_append(text, double precision, double precision, bigint,
+            text[], bigint[], bigint[], text[], text[], text[])
+        """,
+        "ALTER TABLE {schema}.sessions DROP COLUMN metadata",
+        "ALTER TABLE {schema}.messages ADD COLUMN id text",
+        "CREATE UNIQUE INDEX messages_id ON {schema}.messages (sid, id) WHERE id IS NOT NULL",
+        """
+        CREATE OR REPLACE FUNCTION {schema}.zerda_writable(p_session text, p_now double precision)
+        RETURNS {schema}.sessions LANGUAGE plpgsql AS $$
+        DECLARE
+            s {schema}.sessions;
+        BEGIN
+            LOOP
+                SELECT * INTO s FROM {schema}.sessions
+                    WHERE session_id = p_session FOR UPDATE;
+                EXIT WHEN FOUND;
+                INSERT INTO {schema}.sessions (session_id, created_at, updated_at)
+                    VALUES (p_session, p_now, p_now)
+                    ON CONFLICT (session_id) DO NOTHING
+                    RETURNING * INTO s;
+                IF FOUND THEN
+                    RETURN s;
+                END IF;
+                -- Another writer created it meanwhile: loop to queue on its lock.
+            END LOOP;
+            IF s.expires_at IS NOT NULL AND s.expires_at <= p_now THEN
+                -- Expired (reads already saw it as absent): a write starts it afresh.
+                DELETE FROM {schema}.messages WHERE sid = s.sid;
+                DELETE FROM {schema}.metadata WHERE sid = s.sid;
+                UPDATE {schema}.sessions SET created_at = p_now, updated_at = p_now,
+                        expires_at = NULL, next_seq = 0, first_seq = 0,
+                        next_turn = 0, first_turn = 0, system_trimmed = 0
+                    WHERE sid = s.sid
+                    RETURNING * INTO s;
+            END IF;
+            RETURN s;
+        END
+        $$
+        """,
+        # The batch less the messages whose id the session holds, numbered as stored: a turn
+        # starts at each user message, and at the first non-system message of a session that
+        # has no turn yet. Returns how many messages it stored.
+        """
+        CREATE FUNCTION {schema}.zerda_append(
+            p_session text, p_now double precision, p_expires double precision,
+            p_keep bigint, p_roles text[], p_ids text[], p_bodies text[], p_tokens text[]
+        ) RETURNS bigint LANGUAGE plpgsql
+        -- Generic plans: planning the batch statement costs more than running it, and its
+        -- plan never depends on the values.
+        SET plan_cache_mode = force_generic_plan AS $$
+        DECLARE
+            s {schema}.sessions;
+            v_stored bigint;
+            v_last_turn bigint;
+            v_next_seq bigint;
+            v_cut_turn bigint;
+            v_cut_seq bigint;
+        BEGIN
+            s := {schema}.zerda_writable(p_session, p_now);
+            WITH batch AS (
+                -- One probe of the ids index per message (a LATERAL with LIMIT: never a scan
+                -- of every id the session holds, whatever the planner thinks of its size).
+                SELECT b.role, b.id, b.body, b.tokens, b.i
+                FROM unnest(p_roles, p_ids, p_bodies, p_tokens)
+                    WITH ORDINALITY AS b(role, id, body, tokens, i)
+                LEFT JOIN LATERAL (
+                    SELECT true AS held FROM {schema}.messages m
+                    WHERE m.sid = s.sid AND m.id = b.id LIMIT 1
+                ) h ON true
+                WHERE h.held IS NULL
+            ), numbered AS (
+                SELECT batch.*, row_number() OVER w AS n,
+                       count(*) FILTER (WHERE role = 'user') OVER w AS users
+                FROM batch WINDOW w AS (ORDER BY i)
+            ), added AS (
+                INSERT INTO {schema}.messages (sid, turn, seq, role, id, body_text, tokens)
+                SELECT s.sid,
+                       CASE WHEN role = 'system' THEN -1
+                            ELSE s.next_turn - 1 + users + CASE
+                                WHEN s.next_turn = 0 AND (
+                                    SELECT role FROM batch WHERE role <> 'system'
+                                    ORDER BY i LIMIT 1) <> 'user' THEN 1
+                                ELSE 0 END
+                       END,
+                       s.next_seq + n - 1, role, id, body, tokens::jsonb
+                FROM numbered
+                RETURNING turn
+            )
+            SELECT count(*), max(turn) INTO v_stored, v_last_turn FROM added;
+            v_next_seq := s.next_seq + v_stored;
+            s.next_turn := greatest(s.next_turn, coalesce(v_last_turn, -1) + 1);
+            IF p_keep IS NOT NULL AND v_next_seq - s.first_seq > p_keep THEN
+                -- Keep at least p_keep messages by whole turns: the cut is the turn of the
+                -- newest non-system message at or before the limit (that turn starts at or
+                -- before it, and every later turn after it). The dropped messages take their
+                -- ids with them; system messages are pinned, and keep theirs.
+                SELECT turn INTO v_cut_turn FROM {schema}.messages
+                    WHERE sid = s.sid AND seq <= v_next_seq - p_keep AND turn >= 0
+                    ORDER BY seq DESC LIMIT 1;
+                IF v_cut_turn > s.first_turn THEN
+                    SELECT min(seq) INTO v_cut_seq FROM {schema}.messages
+                        WHERE sid = s.sid AND turn = v_cut_turn;
+                    DELETE FROM {schema}.messages
+                        WHERE sid = s.sid AND turn >= s.first_turn AND turn < v_cut_turn;
+                    s.first_seq := v_cut_seq;
+                    s.first_turn := v_cut_turn;
+                    SELECT count(*) INTO s.system_trimmed FROM {schema}.messages
+                        WHERE sid = s.sid AND turn = -1 AND seq < v_cut_seq;
+                END IF;
+            END IF;
+            UPDATE {schema}.sessions SET updated_at = p_now, expires_at = p_expires,
+                    next_seq = v_next_seq, next_turn = s.next_turn, first_seq = s.first_seq,
+                    first_turn = s.first_turn, system_trimmed = s.system_trimmed
+                WHERE sid = s.sid;
+            RETURN v_stored;
+        END
+        $$
+        """,
+        # The session row (totals, and where the asked-for turns start), then its system
+        # messages and the newest turns: two ranges of the primary key. A live session gives a
+        # first row (turn -2) with its totals and its metadata as one JSON object (NULL: none).
+        """
+        CREATE FUNCTION {schema}.zerda_tail(
+            p_session text, p_now double precision, p_turns bigint, p_counter text
+        ) RETURNS TABLE (
+            turn bigint, body text, count text, total_messages bigint, total_turns bigint
+        ) LANGUAGE sql STABLE AS $$
+            WITH s AS (
+                SELECT sid, next_seq - first_seq + system_trimmed AS total_messages,
+                       next_turn - first_turn AS total_turns,
+                       CASE WHEN p_turns IS NULL THEN first_turn
+                            ELSE greatest(next_turn - p_turns, first_turn) END AS from_turn
+                FROM {schema}.sessions
+                WHERE session_id = p_session AND (expires_at IS NULL OR expires_at > p_now)
+            )
+            SELECT t.turn, t.body, t.count, t.total_messages, t.total_turns
+            FROM s CROSS JOIN LATERAL (
+                SELECT -2::bigint AS turn, -1::bigint AS seq,
+                       (SELECT '{{' || string_agg(d.key || ':' || coalesce(d.value, d.legacy::text),
+                                                  ',' ORDER BY d.key) || '}}'
+                        FROM {schema}.metadata d WHERE d.sid = s.sid) AS body,
+                       NULL::text AS count, s.total_messages, s.total_turns
+                UNION ALL
+                SELECT m.turn, m.seq, coalesce(m.body::text, m.body_text),
+                       (m.tokens -> p_counter)::text, NULL, NULL
+                FROM {schema}.messages m WHERE m.sid = s.sid AND m.turn = -1
+                UNION ALL
+                SELECT m.turn, m.seq, coalesce(m.body::text, m.body_text),
+                       (m.tokens -> p_counter)::text, NULL, NULL
+                FROM {schema}.messages m WHERE m.sid = s.sid AND m.turn >= s.from_turn
+            ) t
+            ORDER BY t.turn, t.seq
+        $$
+        """,
+        # Under the lock the append took, so the tail is the session right after the append.
+        """
+        CREATE FUNCTION {schema}.zerda_append_then_tail(
+            p_session text, p_now double precision, p_expires double precision,
+            p_keep bigint, p_roles text[], p_ids text[], p_bodies text[], p_tokens text[],
+            p_turns bigint, p_counter text
+        ) RETURNS TABLE (
+            turn bigint, body text, count text, total_messages bigint, total_turns bigint
+        ) LANGUAGE plpgsql AS $$
+        DECLARE
+            v_stored bigint;
+        BEGIN
+            v_stored := {schema}.zerda_append(p_session, p_now, p_expires, p_keep, p_roles,
+                                              p_ids, p_bodies, p_tokens);
+            RETURN QUERY SELECT -3::bigint, NULL::text, v_stored::text, NULL::bigint,
+                                NULL::bigint;
+            RETURN QUERY SELECT * FROM {schema}.zerda_tail(p_session, p_now, p_turns, p_counter);
+        END
+        $$
+        """,
+        """
+        CREATE FUNCTION {schema}.zerda_update_metadata(
+            p_session text, p_now double precision, p_expires double precision,
+            p_keys text[], p_values text[], p_cmps text[]
+        ) RETURNS void LANGUAGE plpgsql AS $$
+        DECLARE
+            s {schema}.sessions;
+        BEGIN
+            s := {schema}.zerda_writable(p_session, p_now);
+            DELETE FROM {schema}.metadata d USING unnest(p_keys, p_values) AS u(key, value)
+                WHERE d.sid = s.sid AND d.key = u.key AND u.value IS NULL;
+            INSERT INTO {schema}.metadata AS d (sid, key, value, cmp)
+                SELECT s.sid, u.key, u.value, u.cmp
+                FROM unnest(p_keys, p_values, p_cmps) AS u(key, value, cmp)
+                WHERE u.value IS NOT NULL
+                ON CONFLICT (sid, key) DO UPDATE
+                    SET value = excluded.value, cmp = excluded.cmp, legacy = NULL;
+            UPDATE {schema}.sessions SET updated_at = p_now, expires_at = p_expires
+                WHERE sid = s.sid;
+        END
+        $$
+        """,
+        # Whether metadata ``p_key`` of session ``p_sid`` holds the value whose comparison text
+        # is ``p_expected`` (NULL: whether it is absent).
+        """
+        CREATE FUNCTION {schema}.zerda_holds(p_sid bigint, p_key text, p_expected text)
+        RETURNS boolean LANGUAGE plpgsql AS $$
+        DECLARE
+            v_cmp text;
+            v_legacy jsonb;
+        BEGIN
+            SELECT coalesce(d.cmp, d.value), d.legacy INTO v_cmp, v_legacy
+                FROM {schema}.metadata d WHERE d.sid = p_sid AND d.key = p_key;
+            IF NOT FOUND THEN
+                RETURN p_expected IS NULL;
+            ELSIF p_expected IS NULL THEN
+                RETURN false;
+            ELSIF v_legacy IS NULL THEN
+                RETURN v_cmp = p_expected;
+            END IF;
+            BEGIN
+                RETURN v_legacy = p_expected::jsonb;
+            EXCEPTION WHEN untranslatable_character THEN
+                RETURN false;  -- a NUL character: no JSONB value holds one
+            END;
+        END
+        $$
+        """,
+        # Locks the session first, so that the comparison and the write are one step. A failed
+        # comparison writes nothing (and creates no session).
+        """
+        CREATE FUNCTION {schema}.zerda_compare_and_set(
+            p_session text, p_now double precision, p_expires double precision,
+            p_key text, p_expected text, p_value text, p_cmp text
+        ) RETURNS boolean LANGUAGE plpgsql AS $$
+        DECLARE
+            s {schema}.sessions;
+        BEGIN
+            SELECT * INTO s FROM {schema}.sessions WHERE session_id = p_session FOR UPDATE;
+            IF FOUND AND (s.expires_at IS NULL OR s.expires_at > p_now) THEN
+                IF NOT {schema}.zerda_holds(s.sid, p_key, p_expected) THEN
+                    RETURN false;
+                END IF;
+            ELSIF p_expected IS NOT NULL THEN
+                RETURN false;  -- no live session: every key is absent
+            ELSE
+                -- Creates the session, starts an expired one afresh, or waits for another
+                -- writer that is creating it (and then compares what that one wrote).
+                s := {schema}.zerda_writable(p_session, p_now);
+                IF NOT {schema}.zerda_holds(s.sid, p_key, p_expected) THEN
+                    RETURN false;
+                END IF;
+            END IF;
+            IF p_value IS NULL THEN
+                DELETE FROM {schema}.metadata d WHERE d.sid = s.sid AND d.key = p_key;
+            ELSE
+                INSERT INTO {schema}.metadata AS d (sid, key, value, cmp)
+                    VALUES (s.sid, p_key, p_value, p_cmp)
+                    ON CONFLICT (sid, key) DO UPDATE
+                        SET value = excluded.value, cmp = excluded.cmp, legacy = NULL;
+            END IF;
+            UPDATE {schema}.sessions SET updated_at = p_now, expires_at = p_expires
+                WHERE sid = s.sid;
+            RETURN true;
+        END
+        $$
+        """,
+        """
+        CREATE OR REPLACE FUNCTION {schema}.zerda_delete(p_session text, p_now double precision)
+        RETURNS boolean LANGUAGE plpgsql AS $$
+        DECLARE
+            s {schema}.sessions;
+        BEGIN
+            SELECT * INTO s FROM {schema}.sessions WHERE session_id = p_session FOR UPDATE;
+            IF NOT FOUND THEN
+                RETURN false;
+            END IF;
+            DELETE FROM {schema}.messages WHERE sid = s.sid;
+            DELETE FROM {schema}.metadata WHERE sid = s.sid;
+            DELETE FROM {schema}.sessions WHERE sid = s.sid;
+            RETURN s.expires_at IS NULL OR s.expires_at > p_now;
+        END
+        $$
+        """,
+        """
+        CREATE OR REPLACE FUNCTION {schema}.zerda_purge(p_now double precision)
+        RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            v_sids bigint[];
+        BEGIN
+            WITH gone AS (
+                DELETE FROM {schema}.sessions WHERE expires_at <= p_now RETURNING sid
+            )
+            SELECT array_agg(sid) INTO v_sids FROM gone;
+            DELETE FROM {schema}.messages WHERE sid = ANY (v_sids);
+            DELETE FROM {schema}.metadata WHERE sid = ANY (v_sids);
+            RETURN coalesce(cardinality(v_sids), 0);
+        END
+        $$
+        """,
+    ]
+
+
 # -- SQL (templates; each store renders them once for its schema) ------------------------------
 
 # The arrays go in binary: psycopg's text format would escape every quote of every JSON body
 # (a regular expression callback per quote: the largest cost of an append on the client).
-_APPEND = (
-    "SELECT {schema}.zerda_append(%s, %s, %s, %s, %b::text[], %b::bigint[], %b::bigint[], "
-    "%b::text[], %b::text[], %b::text[])"
+_BATCH = "%b::text[], %b::text[], %b::text[], %b::text[]"
+_APPEND = "SELECT {schema}.zerda_append(%s, %s, %s::float8, %s::bigint, " + _BATCH + ")"
+_TAIL_COLUMNS = "turn, body, count, total_messages, total_turns"
+TAIL_QUERY = f"SELECT {_TAIL_COLUMNS} FROM {{schema}}.zerda_tail(%s, %s, %s::bigint, %s::text)"
+_APPEND_THEN_TAIL = (
+    f"SELECT {_TAIL_COLUMNS} FROM {{schema}}.zerda_append_then_tail(%s, %s, %s::float8, "
+    f"%s::bigint, {_BATCH}, %s::bigint, %s::text)"
 )
 _LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
-# One statement: the session row (totals, and where the asked-for turns start), then its
-# system messages and the newest turns: two ranges of the primary key. A live session always
-# gives one row at least (NULL message columns when it has no message to return).
-TAIL_QUERY = (
-    "WITH s AS ("
-    " SELECT sid, next_seq - first_seq + system_trimmed AS total_messages,"
-    " next_turn - first_turn AS total_turns,"
-    " CASE WHEN %(turns)s::bigint IS NULL THEN first_turn"
-    " ELSE greatest(next_turn - %(turns)s::bigint, first_turn) END AS from_turn"
-    " FROM {schema}.sessions WHERE session_id = %(session)s AND " + _LIVE + ") "
-    "SELECT s.total_messages, s.total_turns, m.turn, m.body, m.count "
-    "FROM s LEFT JOIN LATERAL ("
-    " SELECT turn, seq, coalesce(body::text, body_text) AS body,"
-    " (tokens -> %(counter)s::text)::text AS count"
-    " FROM {schema}.messages WHERE sid = s.sid AND turn = -1"
-    " UNION ALL"
-    " SELECT turn, seq, coalesce(body::text, body_text), (tokens -> %(counter)s::text)::text"
-    " FROM {schema}.messages WHERE sid = s.sid AND turn >= s.from_turn"
-    ") m ON true "
-    "ORDER BY m.turn, m.seq"
-)
 _HISTORY = (
     "SELECT coalesce(m.body::text, m.body_text) FROM {schema}.sessions s"
     " JOIN {schema}.messages m ON m.sid = s.sid"
@@ -332,9 +663,16 @@ _HISTORY = (
     " ORDER BY m.seq"
 )
 _METADATA = (
-    "SELECT metadata::text FROM {schema}.sessions WHERE session_id = %(session)s AND " + _LIVE
+    "SELECT (SELECT '{{' || string_agg(d.key || ':' || coalesce(d.value, d.legacy::text), ','"
+    " ORDER BY d.key) || '}}' FROM {schema}.metadata d WHERE d.sid = s.sid)"
+    " FROM {schema}.sessions s WHERE s.session_id = %(session)s AND " + _LIVE
 )
-_UPDATE_METADATA = "SELECT {schema}.zerda_update_metadata(%s, %s, %s, %s::jsonb, %s::text[])"
+_UPDATE_METADATA = (
+    "SELECT {schema}.zerda_update_metadata(%s, %s, %s::float8, %s::text[], %s::text[], %s::text[])"
+)
+_COMPARE_AND_SET = (
+    "SELECT {schema}.zerda_compare_and_set(%s, %s, %s::float8, %s, %s::text, %s::text, %s::text)"
+)
 _LIST = (
     "SELECT session_id, next_seq - first_seq + system_trimmed, next_turn - first_turn,"
     " created_at, updated_at, expires_at FROM {schema}.sessions WHERE "
@@ -342,7 +680,7 @@ _LIST = (
     + " ORDER BY session_id"
 )
 _DELETE = "SELECT {schema}.zerda_delete(%s, %s)"
-_CLEAR = "TRUNCATE {schema}.messages, {schema}.sessions"
+_CLEAR = "TRUNCATE {schema}.messages, {schema}.metadata, {schema}.sessions"
 _PURGE = "SELECT {schema}.zerda_purge(%s)"
 
 # Migrating: run in one transaction, under an advisory lock per schema, so that processes
@@ -366,6 +704,8 @@ class _Query(NamedTuple):
     text: str
     params: Sequence[Any] | Mapping[str, Any] | None
     doing: str
+    # Applying migrations on purpose (migrate()): no deadline, no statement timeout.
+    unbounded: bool = False
 
 
 class _Sql:
@@ -375,10 +715,12 @@ class _Sql:
         self._schema = sql.Identifier(schema)
         render = self.render
         self.append = render(_APPEND)
+        self.append_then_tail = render(_APPEND_THEN_TAIL)
         self.tail = render(TAIL_QUERY)
         self.history = render(_HISTORY)
         self.metadata = render(_METADATA)
         self.update_metadata = render(_UPDATE_METADATA)
+        self.compare_and_set = render(_COMPARE_AND_SET)
         self.list = render(_LIST)
         self.delete = render(_DELETE)
         self.clear = render(_CLEAR)
@@ -413,17 +755,26 @@ def _check_schema(schema: object) -> str:
 
 
 def _check_dsn(dsn: object) -> dict[str, Any]:
+    """The parameters of a connection string; ConfigurationError (without its password) if it
+    cannot be parsed, or names a port that is not one."""
     if not isinstance(dsn, str) or not dsn.strip():
+        shown = redact(dsn) if isinstance(dsn, str) else dsn
         raise ConfigurationError(
             f"dsn must be a connection string (postgresql://user@host/db or 'host=... "
-            f"dbname=...'), got {dsn!r}"
+            f"dbname=...'), got {shown!r}"
         )
     try:
-        return conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
+        params: dict[str, Any] = conninfo_to_dict(dsn)
+    except (psycopg.Error, ValueError) as exc:
         raise ConfigurationError(
-            f"dsn {redacted_dsn(dsn)!r} is not a valid connection string: {exc}"
+            f"dsn {redact(dsn)!r} is not a valid connection string: {redact(str(exc))}"
         ) from None
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdecimal() and 0 < int(port) < 65536):
+            raise ConfigurationError(
+                f"dsn {redact(dsn)!r} names port {port!r}; a port is a number from 1 to 65535"
+            )
+    return params
 
 
 def _check_sizes(min_size: int, max_size: int, timeout: float) -> float:
@@ -434,39 +785,126 @@ def _check_sizes(min_size: int, max_size: int, timeout: float) -> float:
         raise ConfigurationError(
             f"max_size must be >= 1 and >= min_size ({min_size}), got {max_size}"
         )
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not 0 < timeout < math.inf
-    ):
-        raise ConfigurationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-    return float(timeout)
+    return check_timeout(timeout)
 
 
-# ``password=value`` in a key/value connection string, the value maybe quoted.
-_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']+)")
+def _connection_options(params: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+    """What the store adds to a DSN for the connections of its own pool: autocommit, a name,
+    and bounds on every wait: connecting (connect_timeout; libpq's minimum is 2 s) and each
+    statement (statement_timeout, sent with the connection request: no round trip)."""
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in params:
+        kwargs["connect_timeout"] = max(2, math.ceil(timeout))
+    if "application_name" not in params:
+        kwargs["application_name"] = "zerda"
+    options = str(params.get("options") or "")
+    if "statement_timeout" not in options:
+        milliseconds = max(1, round(timeout * 1000))
+        kwargs["options"] = f"{options} -c statement_timeout={milliseconds}".strip()
+    return kwargs
 
 
-def redacted_dsn(dsn: str) -> str:
-    """``dsn`` without its password, for messages and reprs."""
-    if "://" not in dsn:
-        return _PASSWORD.sub(r"\1***", dsn)
+# ``key = value`` pairs of a libpq key/value string, the value maybe quoted.
+_KEY_VALUE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']*)")
+
+
+def split_schema(dsn: str) -> tuple[str, str | None]:
+    """A connection string without its ``schema`` parameter (Zerda's, not libpq's), and its
+    value: ``?schema=NAME`` in a URL, ``schema=NAME`` in a key/value string."""
     try:
+        if "://" not in dsn:
+            return _split_key_value_schema(dsn)
         parts = urlsplit(dsn)
-        netloc = parts.netloc
-        if parts.password is not None:
-            user, _, host = netloc.rpartition("@")
-            netloc = f"{user.partition(':')[0]}:***@{host}"
-        query = urlencode(
-            [
-                (k, "***" if k == "password" else v)
-                for k, v in parse_qsl(parts.query, keep_blank_values=True)
-            ],
-            safe="*",
-        )
-        return urlunsplit(parts._replace(netloc=netloc, query=query))
-    except ValueError:
-        return "<a Postgres URL>"
+        params = parse_qsl(parts.query, keep_blank_values=True)
+        schemas = [v for k, v in params if k == "schema"]
+        rest = urlencode([(k, v) for k, v in params if k != "schema"])
+        url = urlunsplit(parts._replace(query=rest)) if schemas else dsn
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{redact(dsn)!r} is not a valid Postgres URL: {redact(str(exc))}"
+        ) from None
+    if len(schemas) > 1:
+        raise ConfigurationError(f"{redact(dsn)!r} gives schema= more than once")
+    return url, (schemas[0] if schemas else None)
+
+
+def _split_key_value_schema(dsn: str) -> tuple[str, str | None]:
+    pairs: list[tuple[str, str]] = []
+    at = 0
+    while at < len(dsn.rstrip()):
+        match = _KEY_VALUE.match(dsn, at)
+        if match is None or match.end() == at:
+            return dsn, None  # not for us to parse: libpq says what is wrong with it
+        pairs.append((match.group(1), match.group(2)))
+        at = match.end()
+    schemas = [v.strip("'") for k, v in pairs if k == "schema"]
+    if not schemas:
+        return dsn, None
+    if len(schemas) > 1:
+        raise ConfigurationError(f"{redact(dsn)!r} gives schema= more than once")
+    return " ".join(f"{k}={v}" for k, v in pairs if k != "schema"), schemas[0]
+
+
+def open_postgres_url(url: str, **options: Any) -> PostgresStore:
+    """A :class:`PostgresStore` for a ``postgresql://`` URL or a libpq key/value string;
+    ``schema=NAME`` in it (``?schema=NAME`` in a URL) picks the schema (default ``zerda``),
+    ``options`` go to the constructor."""
+    dsn, schema = split_schema(url)
+    if schema is not None:
+        if "schema" in options:
+            raise ConfigurationError("give the schema once: in the URL (?schema=) or as schema=")
+        options["schema"] = schema
+    return PostgresStore(dsn, **options)
+
+
+# -- encoding ---------------------------------------------------------------------------------
+
+
+def _key_text(key: str) -> str:
+    """A metadata key as stored: a JSON string (what Postgres's to_json gives too)."""
+    return json.dumps(key, ensure_ascii=False)
+
+
+def _value_texts(value: Any) -> tuple[str, str | None]:
+    """A metadata value's JSON text, and its comparison text when that differs."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    comparable = _comparable(value)
+    return text, (None if comparable == text else comparable)
+
+
+def _comparable(value: Any) -> str:
+    """The text compare_and_set compares: canonical JSON with integral floats written as
+    ints, so that two values get the same text exactly when :func:`same_json` holds (the float
+    1e16 and the int 10**16 are equal; 1e23 is not 10**23, nor ``true`` 1)."""
+    return canonical_json(_ints(value))
+
+
+def _ints(value: Any) -> Any:
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    return value
+
+
+def _encode_counts(given: TokenCounts, n: int) -> list[str | None]:
+    """Each message's counts as a JSON object (``None`` when the batch has none)."""
+    if not given:
+        return [None] * n
+    for name in given:
+        if "\x00" in name:
+            raise ConfigurationError(f"a counter name cannot hold NUL characters: {name!r}")
+    items = list(given.items())
+    if len(items) == 1:
+        ((name, counts),) = items
+        key = json.dumps(name, ensure_ascii=False)
+        return [f"{{{key}:{c}}}" for c in counts]
+    return [
+        json.dumps({name: counts[i] for name, counts in items}, ensure_ascii=False)
+        for i in range(n)
+    ]
 
 
 def _has_input(conn: Any) -> bool:
@@ -485,11 +923,190 @@ def _has_input(conn: Any) -> bool:
     return bool(readable or failed)
 
 
+def _in_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    status = conn.info.transaction_status
+    return not conn.closed and status in (
+        psycopg.pq.TransactionStatus.INTRANS,
+        psycopg.pq.TransactionStatus.INERROR,
+    )
+
+
+# -- deadlines ----------------------------------------------------------------------------------
+#
+# libpq has no read timeout: a call on a connection whose server has stopped answering (frozen,
+# or a network that drops packets) waits for ever. The server's statement_timeout covers a slow
+# statement on a live server; for a server that sends nothing at all, the client shuts the
+# connection's socket down at the call's deadline: libpq then sees the connection end, psycopg
+# raises, and the connection, broken, never goes back to the pool in use. A sync store has one
+# watchdog thread for that; an async store a timer on its event loop. (Cancelling the awaiting
+# task instead would not do: psycopg then asks the frozen server to cancel, waiting 5 s and 5 s
+# more before it gives up.)
+
+
+def _shut_down(fd: int) -> None:
+    """Shut down the socket behind ``fd`` both ways, leaving ``fd`` open."""
+    if fd < 0:
+        return
+    with suppress(OSError):
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.detach()
+
+
+class _Alarm:
+    """One armed deadline of the watchdog."""
+
+    __slots__ = ("armed", "fd", "fired")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd  # a duplicate of the connection's socket, ours to close
+        self.armed = True
+        self.fired = False
+
+
+class _Watchdog:
+    """A daemon thread that shuts down the socket of every call that overruns its deadline.
+
+    Arming costs a lock, a heap push and a dup(); the thread wakes only for the earliest
+    deadline still armed, so a process making calls one after another wakes it about once per
+    timeout. The socket is shut down through a duplicate of its file descriptor, taken when
+    the deadline is armed: even if libpq closed its own descriptor meanwhile (and the number
+    went to another socket), the shutdown can only reach the connection it was meant for.
+    """
+
+    def __init__(self) -> None:
+        self._start()
+
+    def _start(self) -> None:
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._heap: list[tuple[float, int, _Alarm]] = []
+        self._order = itertools.count()
+        self._wakes_at = math.inf
+        self._thread: threading.Thread | None = None
+
+    def arm(self, deadline: float, fd: int) -> _Alarm:
+        try:
+            duplicate = os.dup(fd)
+        except OSError:  # pragma: no cover - a Windows socket handle: no client-side deadline
+            duplicate = -1
+        alarm = _Alarm(duplicate)
+        with self._lock:
+            heapq.heappush(self._heap, (deadline, next(self._order), alarm))
+            if deadline < self._wakes_at:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._watch, name="zerda-postgres-watchdog", daemon=True
+                    )
+                    self._thread.start()
+                self._changed.notify()
+        return alarm
+
+    def disarm(self, alarm: _Alarm) -> bool:
+        """Forget ``alarm``; whether it fired (the connection's socket is shut down)."""
+        with self._lock:
+            alarm.armed = False
+            heap = self._heap
+            while heap and not heap[0][2].armed:
+                heapq.heappop(heap)
+        if alarm.fd >= 0:
+            os.close(alarm.fd)
+        return alarm.fired
+
+    def _watch(self) -> None:
+        with self._lock:
+            while True:
+                heap, now = self._heap, time.monotonic()
+                while heap and (not heap[0][2].armed or heap[0][0] <= now):
+                    _, _, alarm = heapq.heappop(heap)
+                    if alarm.armed:
+                        alarm.armed, alarm.fired = False, True
+                        _shut_down(alarm.fd)
+                self._wakes_at = heap[0][0] if heap else math.inf
+                self._changed.wait(self._wakes_at - now if heap else None)
+
+
+_WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread: it starts anew
+    os.register_at_fork(after_in_child=_WATCHDOG._start)
+
+
+def _shut_down_async(conn: psycopg.AsyncConnection[Any], fired: list[bool]) -> None:
+    """The async store's deadline (a timer on the loop, which also runs psycopg: the
+    connection cannot be closed under it)."""
+    if not conn.closed and not conn.broken:
+        fired.append(True)
+        _shut_down(conn.fileno())
+
+
+class _TimedOut(Exception):
+    """A call ran out of time; ``sent``: a statement went out (its connection is done)."""
+
+    def __init__(self, sent: bool) -> None:
+        super().__init__("timed out")
+        self.sent = sent
+
+
+# -- a call, as a flow of requests that either store's driver performs ---------------------------
+#
+# Everything a call does that is not I/O — when to wait for a connection and for how long, what
+# to do with a stale one, which statements to run, how each failure reads — is written once, as
+# a generator of requests. The sync and the async store each drive it: they perform each
+# request, send its result back, or throw its exception in.
+
+
+@dataclass(slots=True)
+class _Lease:
+    """A pooled connection, held by one call until its deadline."""
+
+    conn: Any
+    deadline: float
+    autocommit: bool  # the connection's own setting, restored when it goes back
+    broken: bool = False  # closed on its way back: it timed out, or its state is unknown
+
+
+class _Get(NamedTuple):
+    """A connection from the pool within ``wait`` seconds (``None`` if none came)."""
+
+    wait: float
+    deadline: float
+
+
+class _Run(NamedTuple):
+    """Run ``query`` on the lease's connection; its rows."""
+
+    lease: _Lease
+    query: _Query
+
+
+class _Put(NamedTuple):
+    """Give the connection back (closed first if broken)."""
+
+    lease: _Lease
+
+
+class _Probe(NamedTuple):
+    """Connect once outside the pool, within ``wait`` seconds; the error, if any."""
+
+    wait: float
+
+
+_Request = _Get | _Run | _Put | _Probe
+_Flow = Generator[_Request, Any, _T]
+_Statements = Generator[_Query, Rows, _T]
+"""What a call runs: it yields statements and receives their rows."""
+
+_CHECK = _Query("", None, "check a connection")
+
+
 # -- the shared base: everything but the I/O ----------------------------------------------------
 
 
 class _PostgresBase:
-    """Options, SQL, encoding and decoding, and error mapping, shared by the two stores."""
+    """Options, SQL, encoding and decoding, the flow of a call and its errors, shared by the
+    two stores."""
 
     _pool_class: type[Any]
 
@@ -521,28 +1138,22 @@ class _PostgresBase:
                     f"got {type(pool).__name__}"
                 )
             conninfo = pool.conninfo if isinstance(pool.conninfo, str) else ""
-            self.dsn = redacted_dsn(conninfo) if conninfo else "<a pool>"
+            self.dsn = redact(conninfo) if conninfo else "<a pool>"
             self._conninfo: str | None = conninfo or None
             self._owns_pool = False
             self._pool = pool
         else:
             params = _check_dsn(dsn)
             assert dsn is not None
-            self.dsn = redacted_dsn(dsn)
+            self.dsn = redact(dsn)
             self._conninfo = dsn
             self._owns_pool = True
-            kwargs: dict[str, Any] = {"autocommit": True}
-            # Bound every wait: a connection attempt, like a wait for a free connection.
-            if "connect_timeout" not in params:
-                kwargs["connect_timeout"] = max(2, math.ceil(self.timeout))
-            if "application_name" not in params:
-                kwargs["application_name"] = "zerda"
             self._pool = self._pool_class(
                 dsn,
                 min_size=min_size,
                 max_size=max_size,
                 timeout=self.timeout,
-                kwargs=kwargs,
+                kwargs=_connection_options(params, self.timeout),
                 open=False,
                 name=f"zerda-{schema}",
                 # A failed connection attempt is not retried in the background for minutes:
@@ -565,71 +1176,70 @@ class _PostgresBase:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.dsn!r}, schema={self.schema!r})"
 
-    # -- building statements (no I/O) ---------------------------------------------------------
+    # -- statements (no I/O) --------------------------------------------------------------------
 
     def _expires(self, now: float) -> float | None:
         return None if self.ttl is None else now + self.ttl
 
-    def _append_query(
+    def _batch(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None
-    ) -> _Query:
+    ) -> tuple[list[Any], list[str]]:
+        """The parameters of an append, and the messages' JSON texts."""
         check_batch(messages, tokens)
         check_session_id(session_id)
-        roles: list[str] = []
-        users: list[int] = []
-        opens: list[int] = []
-        bodies: list[str | None] = []
-        texts: list[str | None] = []
-        n_users = n_opens = 0
-        opened = False
-        for m in messages:
-            role = m.role
-            if role is not _SYSTEM:
-                if role is _USER:
-                    n_users += 1
-                if role is _USER or not opened:
-                    n_opens += 1
-                opened = True
-            roles.append(role.value)
-            users.append(n_users)
-            opens.append(n_opens)
-            body = m.to_json()
-            if "\\u0000" in body:  # JSONB cannot hold a NUL character: keep the text
-                bodies.append(None)
-                texts.append(body)
-            else:
-                bodies.append(body)
-                texts.append(None)
+        bodies = [m.to_json() for m in messages]
         now = self._clock()
-        return _Query(
-            self._sql.append,
-            (
-                session_id,
-                now,
-                self._expires(now),
-                self.max_messages,
-                roles,
-                users,
-                opens,
-                bodies,
-                texts,
-                _encode_counts(tokens or {}, len(messages)),
-            ),
-            "append",
-        )
+        params = [
+            session_id,
+            now,
+            self._expires(now),
+            self.max_messages,
+            [m.role.value for m in messages],
+            [m.id for m in messages],
+            bodies,
+            _encode_counts(tokens or {}, len(messages)),
+        ]
+        return params, bodies
 
-    def _tail_query(self, session_id: str, turns: int | None, counter: str | None) -> _Query:
+    def _append(
+        self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None
+    ) -> _Statements[int]:
+        params, bodies = self._batch(session_id, messages, tokens)
+        [(stored,)] = yield _Query(self._sql.append, params, "append")
+        # What was written reads back as the same text: the next tail finds it decoded.
+        self._decoded.add(bodies, messages)
+        return int(stored)
+
+    def _append_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None,
+    ) -> _Statements[tuple[int, Tail]]:
+        params, bodies = self._batch(session_id, messages, tokens)
+        params += [_check_turns(turns), _check_counter(counter)]
+        rows = yield _Query(self._sql.append_then_tail, params, "append and read a tail")
+        self._decoded.add(bodies, messages)
+        stored = int(rows[0][2])
+        return stored, self._tail_result(rows, 1, session_id, counter)
+
+    def _tail(self, session_id: str, turns: int | None, counter: str | None) -> _Statements[Tail]:
         check_session_id(session_id)
-        if turns is not None:
-            turns = max(0, min(turns, _MAX_TURNS))
-        if counter is not None and (not isinstance(counter, str) or "\x00" in counter):
-            raise ConfigurationError(f"a counter name is a string without NUL, got {counter!r}")
-        params = {"session": session_id, "now": self._clock(), "turns": turns, "counter": counter}
-        return _Query(self._sql.tail, params, "read a tail")
+        params = (session_id, self._clock(), _check_turns(turns), _check_counter(counter))
+        rows = yield _Query(self._sql.tail, params, "read a tail")
+        return self._tail_result(rows, 0, session_id, counter)
 
-    def _tail_result(self, rows: Rows, session_id: str, counter: str | None) -> Tail:
-        if not rows:
-            return EMPTY_TAIL
+    def _tail_result(self, rows: Rows, first: int, session_id: str, counter: str | None) -> Tail:
+        """The tail in ``rows[first:]``: a header row (totals and metadata), then the system
+        messages (turn -1) and the turns asked for, in order; nothing for a missing session."""
+        if len(rows) <= first:
+            return empty_tail()
+        _, metadata_text, _, total_messages, total_turns = rows[first]
+        metadata = (
+            {} if metadata_text is None else decode_metadata(metadata_text, self._where, session_id)
+        )
         decode = self._decode
         system: list[Message] = []
         system_tokens: list[int | None] = []
@@ -637,9 +1247,7 @@ class _PostgresBase:
         tokens: list[int | None] = []
         offsets: list[int] = []
         previous = SYSTEM_TURN
-        for _, _, turn, body, count in rows:
-            if turn is None:  # the session holds no message this read returns
-                continue
+        for turn, body, count, _, _ in itertools.islice(rows, first + 1, None):
             message = decode(body, session_id)
             if turn == SYSTEM_TURN:
                 system.append(message)
@@ -652,91 +1260,107 @@ class _PostgresBase:
             messages.append(message)
             if counter is not None:
                 tokens.append(self._count(count, session_id))
-        total_messages, total_turns = rows[0][0], rows[0][1]
         return Tail(
-            tuple(system), messages, offsets, total_turns, total_messages, tokens, system_tokens
+            tuple(system),
+            messages,
+            offsets,
+            total_turns,
+            total_messages,
+            tokens,
+            system_tokens,
+            metadata,
         )
 
-    def _history_query(self, session_id: str) -> _Query:
+    def _history(self, session_id: str) -> _Statements[list[Message]]:
         check_session_id(session_id)
         params = {"session": session_id, "now": self._clock()}
-        return _Query(self._sql.history, params, "read a history")
-
-    def _history_result(self, rows: Rows, session_id: str) -> list[Message]:
+        rows = yield _Query(self._sql.history, params, "read a history")
         # A whole session would flush the cache of the tails that memories read again.
         return [self._decode(body, session_id, remember=False) for (body,) in rows]
 
-    def _metadata_query(self, session_id: str) -> _Query:
+    def _get_metadata(self, session_id: str) -> _Statements[dict[str, Any]]:
         check_session_id(session_id)
         params = {"session": session_id, "now": self._clock()}
-        return _Query(self._sql.metadata, params, "read metadata")
-
-    def _metadata_result(self, rows: Rows, session_id: str) -> dict[str, Any]:
-        if not rows:
+        rows = yield _Query(self._sql.metadata, params, "read metadata")
+        if not rows or rows[0][0] is None:
             return {}
-        text = rows[0][0]
-        try:
-            metadata = json.loads(text)
-            if not isinstance(metadata, dict):
-                raise TypeError(f"expected a JSON object, got {text[:60]!r}")
-        except (ValueError, TypeError) as exc:
-            raise CorruptDataError(
-                f"{self._where}: the metadata of session {session_id!r} cannot be decoded: {exc}"
-            ) from exc
-        return metadata
+        return decode_metadata(rows[0][0], self._where, session_id)
 
-    def _update_metadata_query(self, session_id: str, values: Mapping[str, Any]) -> _Query:
+    def _update_metadata(self, session_id: str, values: Mapping[str, Any]) -> _Statements[None]:
         copied = metadata_copy(values)
         check_session_id(session_id)
-        kept = {k: v for k, v in copied.items() if v is not None}
-        text = json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
-        if "\\u0000" in text:
-            raise ConfigurationError(
-                "session metadata stored in Postgres (JSONB) cannot hold NUL characters (\\u0000)"
-            )
-        dropped = [k for k, v in copied.items() if v is None]
+        keys: list[str] = []
+        texts: list[str | None] = []
+        comparables: list[str | None] = []
+        for key, value in copied.items():
+            keys.append(_key_text(key))
+            text, comparable = (None, None) if value is None else _value_texts(value)
+            texts.append(text)
+            comparables.append(comparable)
         now = self._clock()
-        return _Query(
-            self._sql.update_metadata,
-            (session_id, now, self._expires(now), text, dropped),
-            "update metadata",
+        params = (session_id, now, self._expires(now), keys, texts, comparables)
+        yield _Query(self._sql.update_metadata, params, "update metadata")
+
+    def _compare_and_set(
+        self, session_id: str, key: str, expected: Any, value: Any
+    ) -> _Statements[bool]:
+        copied = metadata_copy({key: value}, reserved=True)
+        wanted = metadata_copy({key: expected}, reserved=True)[key]
+        check_session_id(session_id)
+        text, comparable = (None, None) if copied[key] is None else _value_texts(copied[key])
+        now = self._clock()
+        params = (
+            session_id,
+            now,
+            self._expires(now),
+            _key_text(key),
+            None if wanted is None else _comparable(wanted),
+            text,
+            comparable,
         )
+        [(done,)] = yield _Query(self._sql.compare_and_set, params, "compare and set metadata")
+        return bool(done)
 
-    def _list_query(self) -> _Query:
-        return _Query(self._sql.list, {"now": self._clock()}, "list sessions")
-
-    @staticmethod
-    def _list_result(rows: Rows) -> list[SessionInfo]:
+    def _list_sessions(self) -> _Statements[list[SessionInfo]]:
+        rows = yield _Query(self._sql.list, {"now": self._clock()}, "list sessions")
         return [SessionInfo(*row) for row in rows]
 
-    def _delete_query(self, session_id: str) -> _Query:
+    def _delete_session(self, session_id: str) -> _Statements[bool]:
         check_session_id(session_id)
-        return _Query(self._sql.delete, (session_id, self._clock()), "delete a session")
+        params = (session_id, self._clock())
+        [(existed,)] = yield _Query(self._sql.delete, params, "delete a session")
+        return bool(existed)
 
-    def _clear_query(self) -> _Query:
-        return _Query(self._sql.clear, None, "clear")
+    def _clear(self) -> _Statements[None]:
+        yield _Query(self._sql.clear, None, "clear")
 
-    def _purge_query(self) -> _Query:
-        return _Query(self._sql.purge, (self._clock(),), "purge expired sessions")
+    def _purge_expired(self) -> _Statements[int]:
+        [(count,)] = yield _Query(self._sql.purge, (self._clock(),), "purge expired sessions")
+        return int(count)
 
-    # -- migrating, as a flow of statements that either store drives ---------------------------
+    # -- migrating ------------------------------------------------------------------------------
 
-    def _schema_flow(self) -> Generator[_Query, Rows, tuple[int, int]]:
+    def _schema_flow(self, on_purpose: bool = False) -> _Statements[tuple[int, int]]:
         """Bring the schema up to date; (version before, version after).
 
-        Yields each statement to run and receives its rows; a store's driver runs them on one
-        connection and rolls back if the flow raises. The common case (up to date) costs two
-        reads and takes no lock.
+        The common case (up to date) costs two reads and takes no lock. Migrations run in one
+        transaction; applied by migrate() (``on_purpose``) they run without a time limit, since
+        one may rewrite a large table; applied by the first call of a store, within its
+        timeout like everything it does.
         """
         known = [m.__name__ for m in MIGRATIONS]
         applied = yield from self._applied_flow()
         if applied == known:
             return len(known), len(known)
         yield _Query("BEGIN", None, "migrate the schema")
-        yield _Query(_LOCK, (f"zerda.migrate:{self.schema}",), "lock the schema to migrate it")
-        yield _Query(self._sql.create_schema, None, "create the schema")
-        yield _Query(self._sql.create_migrations, None, "create the migrations table")
-        applied = [name for (name,) in (yield _Query(self._sql.applied, None, "read versions"))]
+        if on_purpose:
+            yield _Query("SET LOCAL statement_timeout = 0", None, "migrate the schema")
+        doing = "lock the schema to migrate it"
+        yield _Query(_LOCK, (f"zerda.migrate:{self.schema}",), doing, on_purpose)
+        yield _Query(self._sql.create_schema, None, "create the schema", on_purpose)
+        yield _Query(self._sql.create_migrations, None, "create the migrations table", on_purpose)
+        rows = yield _Query(self._sql.applied, None, "read versions", on_purpose)
+        applied = [name for (name,) in rows]
         unknown = [name for name in applied if name not in known]
         if unknown:
             raise StoreUnavailableError(
@@ -750,12 +1374,12 @@ class _PostgresBase:
                 continue
             doing = f"apply migration {migration.__name__}"
             for statement in migration():
-                yield _Query(self._sql.render(statement), None, doing)
-            yield _Query(self._sql.record, (migration.__name__, time.time()), doing)
-        yield _Query("COMMIT", None, "commit the migrations")
+                yield _Query(self._sql.render(statement), None, doing, on_purpose)
+            yield _Query(self._sql.record, (migration.__name__, time.time()), doing, on_purpose)
+        yield _Query("COMMIT", None, "commit the migrations", on_purpose)
         return before, len(known)
 
-    def _applied_flow(self) -> Generator[_Query, Rows, list[str]]:
+    def _applied_flow(self) -> _Statements[list[str]]:
         [(exists,)] = yield _Query(
             _HAS_MIGRATIONS_TABLE, (self._sql.migrations_table,), "read the schema version"
         )
@@ -763,6 +1387,144 @@ class _PostgresBase:
             return []
         rows = yield _Query(self._sql.applied, None, "read the schema version")
         return [name for (name,) in rows]
+
+    # -- a call: a connection, its statements, its errors ----------------------------------------
+
+    def _connected(self, statements: _Statements[_T], query: _Query, deadline: float) -> _Flow[_T]:
+        """Run ``statements``, whose first statement is ``query``, on one pooled connection
+        within ``deadline``. (The caller takes that first statement out before any I/O, so
+        that bad arguments are refused whether the server answers or not.)"""
+        lease = yield from self._checkout(query.doing, deadline)
+        try:
+            while True:
+                try:
+                    rows = yield _Run(lease, query)
+                except _TimedOut as exc:
+                    lease.broken = lease.broken or exc.sent
+                    raise self._timed_out(query) from TimeoutError(
+                        f"no answer within {self.timeout:g} s"
+                    )
+                except (psycopg.Error, UnicodeEncodeError) as exc:
+                    raise self._error(exc, query) from exc
+                query = statements.send(rows)
+        except StopIteration as stop:
+            result: _T = stop.value
+            return result
+        except BaseException:
+            # A transaction left open (a migration that failed) never goes back to the pool:
+            # closing the connection rolls it back, without waiting for the server.
+            if not lease.broken and _in_transaction(lease.conn):
+                lease.broken = True
+            raise
+        finally:
+            yield _Put(lease)
+
+    def _checkout(self, doing: str, deadline: float) -> _Flow[_Lease]:
+        """A connection from the pool, known not to be left over from a server that has gone
+        away, or the reason there is none."""
+        started = time.monotonic()
+        stale = 0
+        while True:
+            wait = self._wait_slice(started, deadline)
+            if not wait:
+                cause = yield _Probe(deadline - time.monotonic())
+                raise self._no_connection(doing, cause) from cause
+            try:
+                lease: _Lease | None = yield _Get(wait, deadline)
+            except PoolClosed:
+                raise StoreUnavailableError(
+                    f"{self._where}: cannot {doing}: the pool is closed"
+                ) from None
+            except psycopg.Error as exc:
+                reason = redact(" ".join(str(exc).split()))
+                raise StoreUnavailableError(f"{self._where}: cannot {doing}: {reason}") from exc
+            if lease is None:
+                continue
+            conn = lease.conn
+            if conn.closed or conn.broken:
+                lease.broken = True
+            elif not _has_input(conn):
+                return lease
+            else:
+                # The server has said something to an idle connection: most likely goodbye (it
+                # restarted). Ask it once; a stale connection goes, the pool makes a new one.
+                try:
+                    yield _Run(lease, _CHECK)
+                except (psycopg.Error, OSError, _TimedOut):
+                    lease.broken = True
+                if not lease.broken:
+                    return lease
+            yield _Put(lease)
+            stale += 1
+            if stale > self._pool.max_size:
+                raise StoreUnavailableError(
+                    f"{self._where}: cannot {doing}: every connection is broken"
+                )
+
+    def _wait_slice(self, started: float, deadline: float) -> float:
+        """How long to wait for a connection next; 0 when it is time to give up: the call's
+        time has run out, or the pool's attempt to connect failed and no connection exists
+        that another call could give back."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return 0.0
+        if self._connect_failed_at >= started and self._pool.get_stats()["pool_size"] == 0:
+            return 0.0
+        return min(left, _WAIT_SLICE)
+
+    def _connect_failed(self, pool: Any) -> None:
+        """The pool's callback when it gives up making a connection (at once: see above)."""
+        self._connect_failed_at = time.monotonic()
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    def _error(self, exc: BaseException, query: _Query) -> ZerdaError:
+        reason = redact(" ".join(str(exc).split()) or type(exc).__name__)
+        doing = query.doing
+        if isinstance(exc, UnicodeEncodeError):
+            return ConfigurationError(
+                f"{self._where}: cannot {doing}: the text is not valid Unicode ({reason})"
+            )
+        if isinstance(exc, psycopg.IntegrityError):
+            return CorruptDataError(f"{self._where}: cannot {doing}: {reason}")
+        if isinstance(
+            exc,
+            (pg_errors.UndefinedTable, pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName),
+        ):
+            # Dropped under us: the next call creates the schema again.
+            self._ready = False
+            return StoreUnavailableError(
+                f"{self._where}: cannot {doing}: the schema is missing or incomplete ({reason}); "
+                "the next call creates it again"
+            )
+        if isinstance(exc, pg_errors.QueryCanceled) and doing.startswith("apply migration"):
+            reason += _MIGRATE_HINT
+        return StoreUnavailableError(f"{self._where}: cannot {doing}: {reason}")
+
+    def _timed_out(self, query: _Query) -> StoreUnavailableError:
+        hint = _MIGRATE_HINT if query.doing.startswith("apply migration") else ""
+        return StoreUnavailableError(
+            f"{self._where}: cannot {query.doing}: no answer within the store's timeout "
+            f"({self.timeout:g} s); the connection was dropped{hint}"
+        )
+
+    def _no_connection(self, doing: str, cause: BaseException | None) -> StoreUnavailableError:
+        """The error for a call that got no connection: why, when a direct try could tell."""
+        if cause is not None:
+            reason = redact(" ".join(str(cause).split()))
+            return StoreUnavailableError(f"{self._where}: cannot {doing}: {reason}")
+        return StoreUnavailableError(
+            f"{self._where}: cannot {doing}: no connection within {self.timeout:g} s "
+            f"(the pool holds at most {self._pool.max_size})"
+        )
+
+    def _closed_error(self) -> StoreUnavailableError:
+        return StoreUnavailableError(f"{self._where} is closed")
+
+    def _busy_schema(self) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"{self._where}: another call is preparing the schema, still after {self.timeout:g} s"
+        )
 
     # -- decoding -------------------------------------------------------------------------------
 
@@ -783,102 +1545,21 @@ class _PostgresBase:
             ) from None
         return count
 
-    # -- errors ---------------------------------------------------------------------------------
 
-    def _error(self, exc: BaseException, doing: str) -> ZerdaError:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        if isinstance(exc, UnicodeEncodeError):
-            return ConfigurationError(
-                f"{self._where}: cannot {doing}: the text is not valid Unicode ({reason})"
-            )
-        if isinstance(exc, psycopg.IntegrityError):
-            return CorruptDataError(f"{self._where}: cannot {doing}: {reason}")
-        if isinstance(
-            exc,
-            (pg_errors.UndefinedTable, pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName),
-        ):
-            # Dropped under us: the next call creates the schema again.
-            self._ready = False
-            return StoreUnavailableError(
-                f"{self._where}: cannot {doing}: the schema is missing or incomplete ({reason}); "
-                "the next call creates it again"
-            )
-        return StoreUnavailableError(f"{self._where}: cannot {doing}: {reason}")
-
-    # -- waiting for a connection --------------------------------------------------------------
-
-    def _connect_failed(self, pool: Any) -> None:
-        """The pool's callback when it gives up making a connection (at once: see above)."""
-        self._connect_failed_at = time.monotonic()
-
-    def _wait_slice(self, started: float) -> float:
-        """How long to wait for a connection next; 0 when it is time to give up: the pool's
-        timeout has run out, or its attempt to connect failed and no connection exists that
-        another call could give back."""
-        now = time.monotonic()
-        left: float = started + self._pool.timeout - now
-        if left <= 0:
-            return 0.0
-        if self._connect_failed_at >= started and self._pool.get_stats()["pool_size"] == 0:
-            return 0.0
-        return min(left, _WAIT_SLICE)
-
-    def _no_connection(
-        self, exc: BaseException, doing: str, cause: BaseException | None
-    ) -> ZerdaError:
-        """The error for a call that got no connection: why, when a direct try could tell."""
-        if isinstance(exc, PoolClosed):
-            return StoreUnavailableError(f"{self._where}: cannot {doing}: the pool is closed")
-        if cause is not None:
-            reason = " ".join(str(cause).split())
-            return StoreUnavailableError(f"{self._where}: cannot {doing}: {reason}")
-        return StoreUnavailableError(
-            f"{self._where}: cannot {doing}: no free connection within "
-            f"{self._pool.timeout:g} s (the pool holds at most {self._pool.max_size})"
-        )
-
-    def _closed_error(self) -> StoreUnavailableError:
-        return StoreUnavailableError(f"{self._where} is closed")
+_MIGRATE_HINT = (
+    "; migrations that take longer run with `zerda migrate` (or the store's migrate()), "
+    "which has no time limit"
+)
 
 
-def _encode_counts(given: TokenCounts, n: int) -> list[str | None]:
-    """Each message's counts as a JSON object (``None`` when the batch has none)."""
-    if not given:
-        return [None] * n
-    for name in given:
-        if "\x00" in name:
-            raise ConfigurationError(f"a counter name cannot hold NUL characters: {name!r}")
-    items = list(given.items())
-    if len(items) == 1:
-        ((name, counts),) = items
-        key = json.dumps(name, ensure_ascii=False)
-        return [f"{{{key}:{c}}}" for c in counts]
-    return [
-        json.dumps({name: counts[i] for name, counts in items}, ensure_ascii=False)
-        for i in range(n)
-    ]
+def _check_turns(turns: int | None) -> int | None:
+    return None if turns is None else max(0, min(turns, _MAX_TURNS))
 
 
-def split_schema(url: str) -> tuple[str, str | None]:
-    """A Postgres URL without its ``schema=`` parameter (Zerda's, not libpq's), and its value."""
-    parts = urlsplit(url)
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [v for k, v in params if k == "schema"]
-    if len(schemas) > 1:
-        raise ConfigurationError(f"{redacted_dsn(url)!r} gives schema= more than once")
-    rest = urlencode([(k, v) for k, v in params if k != "schema"])
-    return urlunsplit(parts._replace(query=rest)), (schemas[0] if schemas else None)
-
-
-def open_postgres_url(url: str, **options: Any) -> PostgresStore:
-    """A :class:`PostgresStore` for a ``postgresql://`` URL; ``?schema=NAME`` picks the
-    schema (default ``zerda``), ``options`` go to the constructor."""
-    dsn, schema = split_schema(url)
-    if schema is not None:
-        if "schema" in options:
-            raise ConfigurationError("give the schema once: in the URL (?schema=) or as schema=")
-        options["schema"] = schema
-    return PostgresStore(dsn, **options)
+def _check_counter(counter: str | None) -> str | None:
+    if counter is not None and (not isinstance(counter, str) or "\x00" in counter):
+        raise ConfigurationError(f"a counter name is a string without NUL, got {counter!r}")
+    return counter
 
 
 # -- the sync store ---------------------------------------------------------------------------
@@ -892,18 +1573,42 @@ class PostgresStore(_PostgresBase, ClosingStore):
     :class:`psycopg_pool.ConnectionPool` you own (the store never closes it). Tables live in
     ``schema`` (created, and migrated, by the first call; ``zerda migrate`` does it ahead).
 
-    Every call is one statement on an autocommit connection: one round trip. An append runs
-    in a function that locks the session's row, so concurrent batches to one session queue
-    there and get gap-free, unique positions; sessions do not wait for each other. A tail
-    read is one query over two ranges of the primary key, whatever the session's length.
+    Every call is one statement on an autocommit connection: one round trip. A write runs in
+    a function that locks the session's row, so concurrent batches to one session queue there
+    and get gap-free, unique positions; sessions do not wait for each other. A tail read is one
+    query over two ranges of the primary key, whatever the session's length, and carries the
+    session's metadata; ``append_then_tail`` appends and reads the tail under the same lock.
+
+    Message ids: an append skips, in its statement, every message whose ``id`` the session
+    holds (a unique index per session), so a retried batch is stored once; it returns how
+    many messages it stored. Retention drops the ids of the messages it drops (system messages
+    are kept, and so are their ids). JSON is kept exactly: messages and metadata values are
+    stored as the JSON text Python wrote (``1e16`` stays a float, big ints stay exact, NUL
+    characters are fine). ``compare_and_set`` sets one metadata key if it holds the value
+    expected, compared as JSON values (:func:`~zerda.stores.same_json`), atomically under the
+    session's lock; ``update_metadata`` refuses keys starting with ``zerda.``.
+
     ``ttl`` sets each written session's ``expires_at`` (updated_at + ttl; the TTL of the store
     that wrote last applies); ``purge_expired()`` deletes what has expired. ``max_messages``
     behaves as in :class:`~zerda.stores.InMemoryStore`.
 
-    A server that cannot be reached raises :class:`~zerda.StoreUnavailableError` (naming the
-    DSN without its password, psycopg's error chained) after at most ``timeout`` seconds; the
-    store reconnects by itself once the server is back. A row that cannot be decoded raises
-    :class:`~zerda.CorruptDataError`.
+    Every call returns or raises :class:`~zerda.StoreUnavailableError` within ``timeout``
+    seconds (+0.25 s), however the server fails: waiting for a connection, connecting,
+    reading the schema version and running the statement all share that time. The server
+    cancels a statement that runs longer (``statement_timeout``, set on the store's own
+    connections; the connection stays usable); a server that sends nothing at all (frozen, or
+    cut off) loses the connection at the deadline: the store shuts its socket down and never
+    reuses it (the error's cause is then a :class:`TimeoutError`). A write that timed out may
+    still be applied by a server that wakes up later: retry it with the same messages (the
+    same ids) and it is stored once. Applying schema migrations is the one thing without a
+    time limit, when :meth:`migrate` does it (a migration may rewrite a big table). The error
+    names the DSN without its password (psycopg's error chained); the store reconnects by
+    itself once the server is back. A row that cannot be decoded raises
+    :class:`~zerda.CorruptDataError`. Needs PostgreSQL 12 or later.
+
+    Behind PgBouncer, which refuses the ``options`` connection parameter that carries the
+    statement timeout, give the store a ``pool`` of your own (the client-side deadline still
+    applies).
     """
 
     _pool_class = ConnectionPool
@@ -936,135 +1641,147 @@ class PostgresStore(_PostgresBase, ClosingStore):
         self._open_lock = threading.Lock()
         self._schema_lock = threading.Lock()
 
-    # -- connections ----------------------------------------------------------------------------
+    # -- the driver -----------------------------------------------------------------------------
 
-    @contextmanager
-    def _connection(self, doing: str) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection in autocommit mode, known not to be left over from a server
-        that has gone away; psycopg and pool errors become Zerda errors."""
+    def _call(self, statements: _Statements[_T]) -> _T:
+        query = next(statements)  # the arguments are checked: now the I/O
+        deadline = time.monotonic() + self.timeout
+        self._start()
+        if not self._ready:
+            self._prepare(deadline)
+        return self._drive(self._connected(statements, query, deadline))
+
+    def _start(self) -> None:
         if self._closed:
             raise self._closed_error()
-        pool = self._pool
         if self._owns_pool and not self._opened:
             with self._open_lock:
                 if not self._opened:
-                    pool.open()
+                    self._pool.open()
                     self._opened = True
-        conn = self._getconn(pool, doing)
-        autocommit = conn.autocommit
-        try:
-            if not autocommit:
-                conn.autocommit = True  # an idle connection: no round trip
-            yield conn
-        except psycopg.Error as exc:
-            raise self._error(exc, doing) from exc
-        except UnicodeEncodeError as exc:
-            raise self._error(exc, doing) from exc
-        finally:
-            if not autocommit and not conn.closed:
-                try:
-                    conn.autocommit = False
-                except psycopg.Error:
-                    conn.close()
-            pool.putconn(conn)
 
-    def _getconn(self, pool: ConnectionPool[Any], doing: str) -> psycopg.Connection[Any]:
-        started = time.monotonic()
-        stale = 0
+    def _prepare(self, deadline: float) -> None:
+        if not self._schema_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise self._busy_schema()
+        try:
+            if not self._ready:
+                flow = self._schema_flow()
+                self._drive(self._connected(flow, next(flow), deadline))
+                self._ready = True
+        finally:
+            self._schema_lock.release()
+
+    def _drive(self, flow: _Flow[_T]) -> _T:
+        """Perform the flow's requests, sending each result back or throwing its error in."""
+        reply: Any = None
+        error: BaseException | None = None
         while True:
             try:
-                wait = self._wait_slice(started)
-                if not wait:
-                    raise PoolTimeout(f"no connection after {time.monotonic() - started:.2f} s")
-                conn: psycopg.Connection[Any] = pool.getconn(timeout=wait)
-            except PoolTimeout as exc:
-                if self._wait_slice(started):
-                    continue
-                cause = self._probe()
-                raise self._no_connection(exc, doing, cause) from (cause or exc)
-            except psycopg.Error as exc:
-                raise self._no_connection(exc, doing, None) from exc
-            if not self._stale(conn):
-                return conn
-            # Left over from a server that has gone away: the pool replaces it. Each one is
-            # found once, so this ends after at most one pass over the pool.
-            conn.close()
-            pool.putconn(conn)
-            stale += 1
-            if stale > pool.max_size:
-                raise StoreUnavailableError(
-                    f"{self._where}: cannot {doing}: every connection is broken"
-                )
+                request = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                result: _T = stop.value
+                return result
+            reply = error = None
+            try:
+                if isinstance(request, _Run):
+                    reply = self._run(request.lease, request.query)
+                elif isinstance(request, _Get):
+                    reply = self._get(request.wait, request.deadline)
+                elif isinstance(request, _Put):
+                    self._put(request.lease)
+                else:
+                    reply = self._probe(request.wait)
+            except BaseException as exc:
+                error = exc
 
-    @staticmethod
-    def _stale(conn: psycopg.Connection[Any]) -> bool:
-        if conn.closed or conn.broken:
-            return True
+    def _get(self, wait: float, deadline: float) -> _Lease | None:
         try:
-            if not _has_input(conn):
-                return False
-            ConnectionPool.check_connection(conn)
-        except (psycopg.Error, OSError, ValueError):
-            return True
-        return False
-
-    def _probe(self) -> BaseException | None:
-        """Connect once, outside the pool, to learn why the pool has no connection."""
-        if self._conninfo is None:
+            conn = self._pool.getconn(timeout=wait)
+        except PoolTimeout:
             return None
-        try:
-            psycopg.connect(self._conninfo, connect_timeout=max(2, math.ceil(self.timeout))).close()
-        except psycopg.Error as exc:
-            return exc
-        return None
+        autocommit = conn.autocommit
+        if not autocommit:
+            try:
+                conn.autocommit = True  # an idle connection: no round trip
+            except BaseException:
+                self._pool.putconn(conn)
+                raise
+        return _Lease(conn, deadline, autocommit)
 
-    def _run(self, query: _Query) -> Rows:
-        self._ensure_schema()
-        with self._connection(query.doing) as conn:
+    def _run(self, lease: _Lease, query: _Query) -> Rows:
+        conn = lease.conn
+        if query.unbounded:
             return _execute(conn, query)
+        deadline = lease.deadline + _GRACE
+        if deadline <= time.monotonic():
+            raise _TimedOut(sent=False)
+        alarm = _WATCHDOG.arm(deadline, conn.fileno())
+        try:
+            rows = _execute(conn, query)
+        except BaseException as exc:
+            if _WATCHDOG.disarm(alarm):
+                raise _TimedOut(sent=True) from exc
+            raise
+        if _WATCHDOG.disarm(alarm):  # answered just in time, but the socket is shut now
+            lease.broken = True
+        return rows
+
+    def _put(self, lease: _Lease) -> None:
+        conn = lease.conn
+        if lease.broken:
+            conn.close()
+        elif not lease.autocommit and not conn.closed:
+            try:
+                conn.autocommit = False
+            except psycopg.Error:
+                conn.close()
+        self._pool.putconn(conn)
+
+    def _probe(self, wait: float) -> BaseException | None:
+        """Connect once, outside the pool, to learn why the pool has no connection; a thread
+        does it, so that the call waits no longer than ``wait`` (libpq's connect_timeout
+        cannot be shorter than 2 s)."""
+        conninfo = self._conninfo
+        if conninfo is None or wait <= 0:
+            return None
+        outcome: list[BaseException | None] = []
+
+        def attempt() -> None:
+            try:
+                psycopg.connect(conninfo, connect_timeout=max(2, math.ceil(self.timeout))).close()
+            except psycopg.Error as exc:
+                outcome.append(exc)
+            else:
+                outcome.append(None)
+
+        thread = threading.Thread(target=attempt, name="zerda-postgres-probe", daemon=True)
+        thread.start()
+        thread.join(wait)
+        return outcome[0] if outcome else None
 
     # -- the schema -----------------------------------------------------------------------------
 
-    def _ensure_schema(self) -> None:
-        if self._ready:
-            return
-        with self._schema_lock:
-            if not self._ready:
-                self._drive(self._schema_flow(), "prepare the schema")
-                self._ready = True
-
-    def _drive(self, flow: Generator[_Query, Rows, tuple[int, int]], doing: str) -> tuple[int, int]:
-        with self._connection(doing) as conn:
-            try:
-                query = next(flow)
-                while True:
-                    try:
-                        rows = _execute(conn, query)
-                    except psycopg.Error as exc:
-                        raise self._error(exc, query.doing) from exc
-                    query = flow.send(rows)
-            except StopIteration as stop:
-                result: tuple[int, int] = stop.value
-                return result
-            except BaseException:
-                if _in_transaction(conn):
-                    with suppress(psycopg.Error):  # the first error is the one to report
-                        conn.rollback()
-                raise
-
     def schema_version(self) -> int:
         """How many schema migrations the schema has had (creating or migrating it first)."""
-        self._ensure_schema()
+        deadline = time.monotonic() + self.timeout
+        self._start()
+        if not self._ready:
+            self._prepare(deadline)
         return len(MIGRATIONS)
 
     def migrate(self) -> tuple[int, int]:
         """Bring the schema up to date now; its versions (before, after).
 
-        The first call of any other method does the same; this is ``zerda migrate``'s way to
-        do it ahead, and to say what it did.
+        The first call of any other method does the same, within the store's timeout; this
+        is ``zerda migrate``'s way to do it ahead, and to say what it did. Reading the version
+        keeps to the timeout; applying migrations has no time limit.
         """
+        flow = self._schema_flow(on_purpose=True)
+        query = next(flow)
+        deadline = time.monotonic() + self.timeout
+        self._start()
         with self._schema_lock:
-            versions = self._drive(self._schema_flow(), "migrate the schema")
+            versions = self._drive(self._connected(flow, query, deadline))
             self._ready = True
         return versions
 
@@ -1072,35 +1789,45 @@ class PostgresStore(_PostgresBase, ClosingStore):
 
     def append(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
-        self._run(self._append_query(session_id, messages, tokens))
+    ) -> int:
+        return self._call(self._append(session_id, messages, tokens))
+
+    def append_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        return self._call(self._append_then_tail(session_id, messages, tokens, turns, counter))
 
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
-        rows = self._run(self._tail_query(session_id, turns, counter))
-        return self._tail_result(rows, session_id, counter)
+        return self._call(self._tail(session_id, turns, counter))
 
     def history(self, session_id: str) -> list[Message]:
-        return self._history_result(self._run(self._history_query(session_id)), session_id)
+        return self._call(self._history(session_id))
 
     def get_metadata(self, session_id: str) -> dict[str, Any]:
-        return self._metadata_result(self._run(self._metadata_query(session_id)), session_id)
+        return self._call(self._get_metadata(session_id))
 
     def update_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
-        self._run(self._update_metadata_query(session_id, values))
+        self._call(self._update_metadata(session_id, values))
+
+    def compare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        return self._call(self._compare_and_set(session_id, key, expected, value))
 
     def list_sessions(self) -> list[SessionInfo]:
-        return self._list_result(self._run(self._list_query()))
+        return self._call(self._list_sessions())
 
     def delete_session(self, session_id: str) -> bool:
-        [(existed,)] = self._run(self._delete_query(session_id))
-        return bool(existed)
+        return self._call(self._delete_session(session_id))
 
     def clear(self) -> None:
-        self._run(self._clear_query())
+        self._call(self._clear())
 
     def purge_expired(self) -> int:
-        [(count,)] = self._run(self._purge_query())
-        return int(count)
+        return self._call(self._purge_expired())
 
     def close(self) -> None:
         """Close the store (and its pool, if it made it); later calls raise. Idempotent."""
@@ -1108,15 +1835,7 @@ class PostgresStore(_PostgresBase, ClosingStore):
             return
         self._closed = True
         if self._owns_pool and self._opened:
-            self._pool.close()
-
-
-def _in_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
-    status = conn.info.transaction_status
-    return not conn.closed and status in (
-        psycopg.pq.TransactionStatus.INTRANS,
-        psycopg.pq.TransactionStatus.INERROR,
-    )
+            self._pool.close(timeout=self.timeout)
 
 
 def _execute(conn: psycopg.Connection[Any], query: _Query) -> Rows:
@@ -1131,10 +1850,11 @@ def _execute(conn: psycopg.Connection[Any], query: _Query) -> Rows:
 class AsyncPostgresStore(_PostgresBase, AsyncClosingStore):
     """The async protocol over Postgres, on psycopg's async connections: no thread, no block.
 
-    The same options, SQL and behaviour as :class:`PostgresStore`; ``pool`` is a
-    :class:`psycopg_pool.AsyncConnectionPool`. The store's own pool opens on the first call,
-    in the running event loop (use the store from that loop only). Close it with
-    ``await store.aclose()`` or ``async with``.
+    The same options, SQL and behaviour as :class:`PostgresStore` (ids, exact JSON,
+    ``acompare_and_set``, and every call done or failed within ``timeout``: the deadline is a
+    timer on the event loop); ``pool`` is a :class:`psycopg_pool.AsyncConnectionPool`. The
+    store's own pool opens on the first call, in the running event loop (use the store from
+    that loop only). Close it with ``await store.aclose()`` or ``async with``.
 
     It has no sync methods on purpose: a memory over it uses its async methods natively, and
     its sync methods say to use the async ones.
@@ -1169,133 +1889,147 @@ class AsyncPostgresStore(_PostgresBase, AsyncClosingStore):
         self._open_lock = asyncio.Lock()
         self._schema_lock = asyncio.Lock()
 
-    # -- connections ----------------------------------------------------------------------------
+    # -- the driver -----------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def _connection(self, doing: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def _call(self, statements: _Statements[_T]) -> _T:
+        query = next(statements)  # the arguments are checked: now the I/O
+        deadline = time.monotonic() + self.timeout
+        await self._start()
+        if not self._ready:
+            await self._prepare(deadline)
+        return await self._drive(self._connected(statements, query, deadline))
+
+    async def _start(self) -> None:
         if self._closed:
             raise self._closed_error()
-        pool = self._pool
         if self._owns_pool and not self._opened:
             async with self._open_lock:
                 if not self._opened:
-                    await pool.open()
+                    await self._pool.open()
                     self._opened = True
-        conn = await self._getconn(pool, doing)
-        autocommit = conn.autocommit
-        try:
-            if not autocommit:
-                await conn.set_autocommit(True)
-            yield conn
-        except psycopg.Error as exc:
-            raise self._error(exc, doing) from exc
-        except UnicodeEncodeError as exc:
-            raise self._error(exc, doing) from exc
-        finally:
-            if not autocommit and not conn.closed:
-                try:
-                    await conn.set_autocommit(False)
-                except psycopg.Error:
-                    await conn.close()
-            await pool.putconn(conn)
 
-    async def _getconn(
-        self, pool: AsyncConnectionPool[Any], doing: str
-    ) -> psycopg.AsyncConnection[Any]:
-        started = time.monotonic()
-        stale = 0
+    async def _prepare(self, deadline: float) -> None:
+        try:
+            await asyncio.wait_for(
+                self._schema_lock.acquire(), max(0.0, deadline - time.monotonic())
+            )
+        except asyncio.TimeoutError:
+            raise self._busy_schema() from None
+        try:
+            if not self._ready:
+                flow = self._schema_flow()
+                await self._drive(self._connected(flow, next(flow), deadline))
+                self._ready = True
+        finally:
+            self._schema_lock.release()
+
+    async def _drive(self, flow: _Flow[_T]) -> _T:
+        """Perform the flow's requests, sending each result back or throwing its error in."""
+        reply: Any = None
+        error: BaseException | None = None
         while True:
             try:
-                wait = self._wait_slice(started)
-                if not wait:
-                    raise PoolTimeout(f"no connection after {time.monotonic() - started:.2f} s")
-                conn: psycopg.AsyncConnection[Any] = await pool.getconn(timeout=wait)
-            except PoolTimeout as exc:
-                if self._wait_slice(started):
-                    continue
-                cause = await self._probe()
-                raise self._no_connection(exc, doing, cause) from (cause or exc)
-            except psycopg.Error as exc:
-                raise self._no_connection(exc, doing, None) from exc
-            if not await self._stale(conn):
-                return conn
-            await conn.close()
-            await pool.putconn(conn)
-            stale += 1
-            if stale > pool.max_size:
-                raise StoreUnavailableError(
-                    f"{self._where}: cannot {doing}: every connection is broken"
-                )
+                request = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                result: _T = stop.value
+                return result
+            reply = error = None
+            try:
+                if isinstance(request, _Run):
+                    reply = await self._run(request.lease, request.query)
+                elif isinstance(request, _Get):
+                    reply = await self._get(request.wait, request.deadline)
+                elif isinstance(request, _Put):
+                    await self._put(request.lease)
+                else:
+                    reply = await self._probe(request.wait)
+            except BaseException as exc:
+                error = exc
 
-    @staticmethod
-    async def _stale(conn: psycopg.AsyncConnection[Any]) -> bool:
-        if conn.closed or conn.broken:
-            return True
+    async def _get(self, wait: float, deadline: float) -> _Lease | None:
         try:
-            if not _has_input(conn):
-                return False
-            await AsyncConnectionPool.check_connection(conn)
-        except (psycopg.Error, OSError, ValueError):
-            return True
-        return False
+            conn = await self._pool.getconn(timeout=wait)
+        except PoolTimeout:
+            return None
+        autocommit = conn.autocommit
+        if not autocommit:
+            try:
+                await conn.set_autocommit(True)
+            except BaseException:
+                await self._pool.putconn(conn)
+                raise
+        return _Lease(conn, deadline, autocommit)
 
-    async def _probe(self) -> BaseException | None:
-        if self._conninfo is None:
+    async def _run(self, lease: _Lease, query: _Query) -> Rows:
+        conn = lease.conn
+        if query.unbounded:
+            return await _aexecute(conn, query)
+        left = lease.deadline + _GRACE - time.monotonic()
+        if left <= 0:
+            raise _TimedOut(sent=False)
+        fired: list[bool] = []
+        timer = asyncio.get_running_loop().call_later(left, _shut_down_async, conn, fired)
+        try:
+            rows = await _aexecute(conn, query)
+        except BaseException as exc:
+            timer.cancel()
+            if fired:
+                raise _TimedOut(sent=True) from exc
+            raise
+        timer.cancel()
+        if fired:
+            lease.broken = True
+        return rows
+
+    async def _put(self, lease: _Lease) -> None:
+        conn = lease.conn
+        if lease.broken:
+            await conn.close()
+        elif not lease.autocommit and not conn.closed:
+            try:
+                await conn.set_autocommit(False)
+            except psycopg.Error:
+                await conn.close()
+        await self._pool.putconn(conn)
+
+    async def _probe(self, wait: float) -> BaseException | None:
+        """Connect once, outside the pool, to learn why the pool has no connection, waiting
+        no longer than ``wait``."""
+        if self._conninfo is None or wait <= 0:
             return None
         try:
-            conn = await psycopg.AsyncConnection.connect(
-                self._conninfo, connect_timeout=max(2, math.ceil(self.timeout))
+            conn = await asyncio.wait_for(
+                psycopg.AsyncConnection.connect(
+                    self._conninfo, connect_timeout=max(2, math.ceil(self.timeout))
+                ),
+                wait,
             )
         except psycopg.Error as exc:
             return exc
+        except asyncio.TimeoutError:
+            return None
         await conn.close()
         return None
 
-    async def _run(self, query: _Query) -> Rows:
-        await self._ensure_schema()
-        async with self._connection(query.doing) as conn:
-            return await _aexecute(conn, query)
-
     # -- the schema -----------------------------------------------------------------------------
-
-    async def _ensure_schema(self) -> None:
-        if self._ready:
-            return
-        async with self._schema_lock:
-            if not self._ready:
-                await self._drive(self._schema_flow(), "prepare the schema")
-                self._ready = True
-
-    async def _drive(
-        self, flow: Generator[_Query, Rows, tuple[int, int]], doing: str
-    ) -> tuple[int, int]:
-        async with self._connection(doing) as conn:
-            try:
-                query = next(flow)
-                while True:
-                    try:
-                        rows = await _aexecute(conn, query)
-                    except psycopg.Error as exc:
-                        raise self._error(exc, query.doing) from exc
-                    query = flow.send(rows)
-            except StopIteration as stop:
-                result: tuple[int, int] = stop.value
-                return result
-            except BaseException:
-                if _in_transaction(conn):
-                    with suppress(psycopg.Error):  # the first error is the one to report
-                        await conn.rollback()
-                raise
 
     async def aschema_version(self) -> int:
         """How many schema migrations the schema has had (creating or migrating it first)."""
-        await self._ensure_schema()
+        deadline = time.monotonic() + self.timeout
+        await self._start()
+        if not self._ready:
+            await self._prepare(deadline)
         return len(MIGRATIONS)
 
     async def amigrate(self) -> tuple[int, int]:
-        """Bring the schema up to date now; its versions (before, after)."""
+        """Bring the schema up to date now; its versions (before, after). Reading the version
+        keeps to the timeout; applying migrations has no time limit."""
+        flow = self._schema_flow(on_purpose=True)
+        query = next(flow)
+        deadline = time.monotonic() + self.timeout
+        await self._start()
         async with self._schema_lock:
-            versions = await self._drive(self._schema_flow(), "migrate the schema")
+            versions = await self._drive(self._connected(flow, query, deadline))
             self._ready = True
         return versions
 
@@ -1303,37 +2037,47 @@ class AsyncPostgresStore(_PostgresBase, AsyncClosingStore):
 
     async def aappend(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
-    ) -> None:
-        await self._run(self._append_query(session_id, messages, tokens))
+    ) -> int:
+        return await self._call(self._append(session_id, messages, tokens))
+
+    async def aappend_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: TokenCounts | None,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        return await self._call(
+            self._append_then_tail(session_id, messages, tokens, turns, counter)
+        )
 
     async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
-        rows = await self._run(self._tail_query(session_id, turns, counter))
-        return self._tail_result(rows, session_id, counter)
+        return await self._call(self._tail(session_id, turns, counter))
 
     async def ahistory(self, session_id: str) -> list[Message]:
-        rows = await self._run(self._history_query(session_id))
-        return self._history_result(rows, session_id)
+        return await self._call(self._history(session_id))
 
     async def aget_metadata(self, session_id: str) -> dict[str, Any]:
-        rows = await self._run(self._metadata_query(session_id))
-        return self._metadata_result(rows, session_id)
+        return await self._call(self._get_metadata(session_id))
 
     async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
-        await self._run(self._update_metadata_query(session_id, values))
+        await self._call(self._update_metadata(session_id, values))
+
+    async def acompare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        return await self._call(self._compare_and_set(session_id, key, expected, value))
 
     async def alist_sessions(self) -> list[SessionInfo]:
-        return self._list_result(await self._run(self._list_query()))
+        return await self._call(self._list_sessions())
 
     async def adelete_session(self, session_id: str) -> bool:
-        [(existed,)] = await self._run(self._delete_query(session_id))
-        return bool(existed)
+        return await self._call(self._delete_session(session_id))
 
     async def aclear(self) -> None:
-        await self._run(self._clear_query())
+        await self._call(self._clear())
 
     async def apurge_expired(self) -> int:
-        [(count,)] = await self._run(self._purge_query())
-        return int(count)
+        return await self._call(self._purge_expired())
 
     async def aclose(self) -> None:
         """Close the store (and its pool, if it made it); later calls raise. Idempotent."""
@@ -1341,7 +2085,7 @@ class AsyncPostgresStore(_PostgresBase, AsyncClosingStore):
             return
         self._closed = True
         if self._owns_pool and self._opened:
-            await self._pool.close()
+            await self._pool.close(timeout=self.timeout)
 
 
 async def _aexecute(conn: psycopg.AsyncConnection[Any], query: _Query) -> Rows:
