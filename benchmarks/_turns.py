@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from zerda import Message, TiktokenCounter, Turn
 from zerda.memory import (
     BaseMemory,
     ConversationBufferWindowMemory,
+    ConversationSummaryBufferMemory,
     ConversationTokenBufferMemory,
 )
 from zerda.stores import InMemoryStore
@@ -53,6 +55,38 @@ def make_memory(
             BUDGET, token_counter=counter, store=store, session_id=session_id
         )
     return ConversationBufferWindowMemory(k=WINDOW, store=store, session_id=session_id)
+
+
+def summary_cases(
+    store: Any, turns: Sequence[Turn], counter: TiktokenCounter
+) -> list[tuple[str, Callable[[], object]]]:
+    """What a summary buffer memory costs in round trips: a write with nothing to fold, a read,
+    and a turn of a session whose budget is full (each write folds what it pushed out: one
+    store call for the write, and per fold one compare-and-set and one read).
+
+    The memories are warmed up first (the full one filled until it has folded), so that only
+    the calls of the case are counted. Messages without ids get new ones at every write, so
+    turns taken again from ``turns`` are new turns.
+    """
+    quiet = ConversationSummaryBufferMemory(
+        10**9, token_counter=counter, store=store, session_id="summary-quiet"
+    )
+    quiet.add_messages(turns[0].messages)
+    full = ConversationSummaryBufferMemory(
+        BUDGET, token_counter=counter, store=store, session_id="summary-full"
+    )
+    supply = itertools.cycle(turns)
+    while full.get_memory_stats()["turns_summarized"] == 0:
+        full.add_messages(next(supply).messages)
+    question = Message("user", "One more flat white, please.")
+    return [
+        ("SummaryBuffer add_message, nothing to fold", lambda: quiet.add_message(question)),
+        ("SummaryBuffer get_context", quiet.get_context),
+        (
+            f"SummaryBuffer({BUDGET}) turn, budget full (add_messages, folds as due)",
+            lambda: full.add_messages(next(supply).messages),
+        ),
+    ]
 
 
 def time_turns(memory: BaseMemory, timed: Sequence[Turn]) -> tuple[float, int]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
@@ -55,6 +56,7 @@ from _turns import (
     preceding,
     print_turn_table,
     split,
+    summary_cases,
     time_in_memory,
     time_turns,
 )
@@ -80,7 +82,7 @@ class TurnRow:
 @dataclass
 class TripRow:
     operation: str
-    round_trips: int
+    round_trips: float
 
 
 @dataclass
@@ -103,12 +105,16 @@ def clone_session(dsn: str, schema: str, source: str, target: str) -> None:
         conn.execute(f"SELECT {s}.zerda_delete(%s, 0)", [target])
         conn.execute(
             f"WITH src AS (SELECT * FROM {s}.sessions WHERE session_id = %(source)s), "
-            f"new AS (INSERT INTO {s}.sessions (session_id, created_at, updated_at, metadata, "
+            f"new AS (INSERT INTO {s}.sessions (session_id, created_at, updated_at, "
             "next_seq, first_seq, next_turn, first_turn, system_trimmed) "
-            "SELECT %(target)s, created_at, updated_at, metadata, next_seq, first_seq, "
-            "next_turn, first_turn, system_trimmed FROM src RETURNING sid) "
-            f"INSERT INTO {s}.messages SELECT (SELECT sid FROM new), m.turn, m.seq, m.role, "
-            f"m.body, m.body_text, m.tokens FROM {s}.messages m JOIN src ON m.sid = src.sid",
+            "SELECT %(target)s, created_at, updated_at, next_seq, first_seq, "
+            "next_turn, first_turn, system_trimmed FROM src RETURNING sid), "
+            f"copied AS (INSERT INTO {s}.metadata (sid, key, value, cmp, legacy) "
+            "SELECT (SELECT sid FROM new), d.key, d.value, d.cmp, d.legacy "
+            f"FROM {s}.metadata d JOIN src ON d.sid = src.sid) "
+            f"INSERT INTO {s}.messages (sid, turn, seq, role, id, body, body_text, tokens) "
+            "SELECT (SELECT sid FROM new), m.turn, m.seq, m.role, m.id, m.body, m.body_text, "
+            f"m.tokens FROM {s}.messages m JOIN src ON m.sid = src.sid",
             {"source": source, "target": target},
         )
         # Timed runs should not share the server with autovacuum catching up on the copy.
@@ -191,6 +197,11 @@ def proxied(dsn: str) -> Iterator[tuple[RoundTripProxy, str]]:
         proxy.close()
 
 
+def repeat(call: Callable[[], object], times: int) -> None:
+    for _ in range(times):
+        call()
+
+
 def round_trips(
     dsn: str, schema: str, turns: Sequence[Turn], counter: TiktokenCounter
 ) -> list[TripRow]:
@@ -201,11 +212,24 @@ def round_trips(
         tokens = {counter.name: [counter.count_message(m) for m in batch]}
         window = make_memory("window", store, counter, "trips")
         budget = make_memory("token", store, counter, "trips")
+        stamped = [m.stamped() for m in batch]
+        versions = itertools.count()
+
+        def compare_and_set() -> bool:
+            n = next(versions)
+            return store.compare_and_set("trips", "zerda.n", n or None, n + 1)
+
         calls: dict[str, Callable[[], object]] = {
             "append (one turn, with token counts)": lambda: store.append("trips", batch, tokens),
             f"tail (newest {WINDOW} turns, with counts)": lambda: store.tail(
                 "trips", WINDOW, counter.name
             ),
+            f"append_then_tail (one turn; newest {WINDOW} turns)": lambda: store.append_then_tail(
+                "trips", batch, tokens, WINDOW, counter.name
+            ),
+            "append of a turn already stored (ids held)": lambda: store.append("trips", stamped),
+            "compare_and_set": compare_and_set,
+            "get_metadata": lambda: store.get_metadata("trips"),
             "update_metadata": lambda: store.update_metadata("trips", {"k": 1}),
             "history (whole session)": lambda: store.history("trips"),
             "list_sessions": store.list_sessions,
@@ -223,6 +247,11 @@ def round_trips(
                 call()
         for name, call in calls.items():
             rows.append(TripRow(name, proxy.count(call)))
+        # The summary memory's, per call over 50 calls (a full budget folds on some turns).
+        for name, call in summary_cases(store, turns, counter):
+            for _ in range(6):
+                call()
+            rows.append(TripRow(name, round(proxy.count(lambda c=call: repeat(c, 50)) / 50, 2)))
     return rows
 
 

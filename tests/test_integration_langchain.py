@@ -256,10 +256,10 @@ def test_tool_call_turns_survive_the_history() -> None:
 
 
 def dataclasses_free(m: Message) -> Message:
-    """``m`` without the time the memory stamped on it."""
+    """``m`` without the time and id the memory stamped on it."""
     import dataclasses
 
-    return dataclasses.replace(m, created_at=None)
+    return dataclasses.replace(m, created_at=None, id=None)
 
 
 def test_add_messages_is_one_batch() -> None:

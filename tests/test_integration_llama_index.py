@@ -64,8 +64,8 @@ TOOL_TURN = [
 
 
 def unstamped(messages: Sequence[Message]) -> list[Message]:
-    """``messages`` without the times the memory stamped on them."""
-    return [dataclasses.replace(m, created_at=None) for m in messages]
+    """``messages`` without the times and ids the memory stamped on them."""
+    return [dataclasses.replace(m, created_at=None, id=None) for m in messages]
 
 
 class SpyLLM(MockLLM):

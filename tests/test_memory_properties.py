@@ -120,8 +120,9 @@ def test_buffer_context_is_systems_then_everything_and_history_is_the_input(
 
     history = memory.get_history()
     assert history == stored
-    assert [replace(m, created_at=None) for m in history] == conversation
+    assert [replace(m, created_at=None, id=None) for m in history] == conversation
     assert all(m.created_at is not None for m in history)
+    assert len({m.id for m in history}) == len(history), "each message its own id"
 
     systems = [m for m in stored if m.role is Role.SYSTEM]
     others = [m for m in stored if m.role is not Role.SYSTEM]
@@ -139,7 +140,7 @@ def test_batch_and_one_by_one_adds_agree(conversation: list[Message], k: int) ->
     batched.add_messages(conversation)
 
     def strip(messages: list[Message]) -> list[Message]:
-        return [replace(m, created_at=None) for m in messages]
+        return [replace(m, created_at=None, id=None) for m in messages]
 
     assert strip(batched.get_context()) == strip(one_by_one.get_context())
     assert strip(batched.get_history()) == conversation

@@ -4,6 +4,7 @@ and the sync/async pairing of memory methods and store protocols."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
     ConversationBufferWindowMemory,
+    ConversationSummaryBufferMemory,
+    ConversationSummaryMemory,
     ConversationTokenBufferMemory,
 )
 from zerda.messages import Message, Role, ToolCall
@@ -217,9 +220,20 @@ class SpyStore:
     def tail_turns(self) -> list[int | None]:
         return [args[1] for name, args, _ in self.calls if name == "tail"]
 
-    def append(self, session_id: str, messages: Sequence[Message], tokens: Any = None) -> None:
-        self._record("append", (session_id, messages, tokens), None)
-        self.inner.append(session_id, messages, tokens)
+    def append(self, session_id: str, messages: Sequence[Message], tokens: Any = None) -> int:
+        stored = self.inner.append(session_id, messages, tokens)
+        return self._record("append", (session_id, messages, tokens), stored)
+
+    def append_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: Any,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        reply = self.inner.append_then_tail(session_id, messages, tokens, turns, counter)
+        return self._record("append_then_tail", (session_id, turns, counter), reply)
 
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         return self._record(
@@ -236,6 +250,10 @@ class SpyStore:
         self._record("update_metadata", (session_id, values), None)
         self.inner.update_metadata(session_id, values)
 
+    def compare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        done = self.inner.compare_and_set(session_id, key, expected, value)
+        return self._record("compare_and_set", (session_id, key), done)
+
     def list_sessions(self) -> list[SessionInfo]:
         return self._record("list_sessions", (), self.inner.list_sessions())
 
@@ -251,6 +269,20 @@ class SpyStore:
 
     def close(self) -> None:
         self._record("close", (), None)
+
+
+class Counting:
+    """A summarizer that records its calls and answers with a fixed, short summary."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[Message]] = []
+
+    def summarize(self, previous_summary: str, messages: Sequence[Message]) -> str:
+        self.calls.append(list(messages))
+        return "earlier turns"
+
+    async def asummarize(self, previous_summary: str, messages: Sequence[Message]) -> str:
+        return self.summarize(previous_summary, messages)
 
 
 def read_everything(memory: BaseMemory, times: int = 3) -> None:
@@ -308,6 +340,58 @@ def test_token_memory_reads_a_tail_bounded_by_the_budget(backend: Backend) -> No
         assert max(len(t.messages) for t in spy.results if isinstance(t, Tail)) <= 64
         asked_by_length[session_turns] = asked
     assert asked_by_length[200] == asked_by_length[2_000], "reads grew with the session"
+
+
+@pytest.mark.parametrize("kind", ["buffer", "window", "token", "summary_buffer", "summary"])
+def test_one_store_call_per_write_and_per_read_when_nothing_folds(kind: str) -> None:
+    """The round trips of the issue's target: a write is one store call, a read one; a summary
+    memory's write reads the tail in that same call, to see whether a fold is due."""
+    spy = SpyStore(InMemoryStore())
+    long_session(spy.inner, 50)
+    summarizer = Counting()
+    memory: BaseMemory
+    if kind == "summary_buffer":
+        memory = ConversationSummaryBufferMemory(
+            400, summarizer, token_counter=LEN, store=spy, session_id="s"
+        )
+    elif kind == "summary":
+        memory = ConversationSummaryMemory(summarizer, token_counter=LEN, store=spy, session_id="s")
+    else:
+        memory = MEMORIES[kind](store=spy, session_id="s")
+    memory.get_context()  # the first read learns how many turns to read
+    if kind.startswith("summary"):
+        memory.add_message(Message(Role.USER, "q"))  # folds what the first read left pending
+    for write in (
+        lambda: memory.add_message(Message(Role.USER, "q")),
+        lambda: memory.add_messages([Message(Role.ASSISTANT, "a")]),
+        lambda: memory.save_context({"input": "q"}, {"output": "a"}),
+    ):
+        spy.calls.clear()
+        calls = len(summarizer.calls)
+        write()
+        if len(summarizer.calls) == calls:  # the summary memory folds the turn that ended
+            assert spy.names() == ["append_then_tail" if kind.startswith("summary") else "append"]
+    # A summary memory's write read the tail already, so it knows how much to read; a token
+    # memory may need a second read after writes made room, then learns again.
+    memory.get_context()
+    for read in (memory.get_context, memory.get_memory_stats, memory.load_memory_variables):
+        spy.calls.clear()
+        read()
+        assert spy.names() == ["tail"]
+
+
+def test_a_fold_costs_a_compare_and_set_and_a_read() -> None:
+    spy = SpyStore(InMemoryStore())
+    summarizer = Counting()
+    memory = ConversationSummaryBufferMemory(
+        40, summarizer, token_counter=LEN, store=spy, session_id="s"
+    )
+    memory.add_messages([Message(Role.USER, "q1"), Message(Role.ASSISTANT, "a" * 20)])
+    spy.calls.clear()
+    memory.add_messages([Message(Role.USER, "q2"), Message(Role.ASSISTANT, "b" * 20)])
+    assert len(summarizer.calls) == 1
+    assert spy.names() == ["append_then_tail", "compare_and_set", "tail"]
+    assert spy.results[-2] is True, "the fold was stored"
 
 
 def test_buffer_memory_reads_everything_through_tail(backend: Backend) -> None:
@@ -408,9 +492,20 @@ class AsyncOnlyStore:
 
     async def aappend(
         self, session_id: str, messages: Sequence[Message], tokens: Any = None
-    ) -> None:
+    ) -> int:
         self._seen("aappend")
-        await self._inner.aappend(session_id, messages, tokens)
+        return await self._inner.aappend(session_id, messages, tokens)
+
+    async def aappend_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: Any,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        self._seen("aappend_then_tail")
+        return await self._inner.aappend_then_tail(session_id, messages, tokens, turns, counter)
 
     async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         self._seen("atail")
@@ -425,6 +520,10 @@ class AsyncOnlyStore:
 
     async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
         await self._inner.aupdate_metadata(session_id, values)
+
+    async def acompare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        self._seen("acompare_and_set")
+        return await self._inner.acompare_and_set(session_id, key, expected, value)
 
     async def alist_sessions(self) -> list[SessionInfo]:
         return await self._inner.alist_sessions()
@@ -448,9 +547,25 @@ class DualSpyStore(SpyStore):
 
     async def aappend(
         self, session_id: str, messages: Sequence[Message], tokens: Any = None
-    ) -> None:
-        self._record("aappend", (session_id,), None)
-        self.inner.append(session_id, messages, tokens)
+    ) -> int:
+        return self._record(
+            "aappend", (session_id,), self.inner.append(session_id, messages, tokens)
+        )
+
+    async def aappend_then_tail(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tokens: Any,
+        turns: int | None,
+        counter: str | None = None,
+    ) -> tuple[int, Tail]:
+        reply = self.inner.append_then_tail(session_id, messages, tokens, turns, counter)
+        return self._record("aappend_then_tail", (session_id, turns), reply)
+
+    async def acompare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
+        done = self.inner.compare_and_set(session_id, key, expected, value)
+        return self._record("acompare_and_set", (session_id, key), done)
 
     async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         return self._record(
@@ -529,9 +644,10 @@ def sync_script(memory: BaseMemory, messages: Sequence[Message]) -> dict[str, An
 
 
 def without_times(value: Any) -> Any:
-    """``value`` with the stamps that depend on when it ran removed (save_context's)."""
+    """``value`` with the stamps that depend on when it ran removed (save_context's times,
+    and the ids memories give messages)."""
     if isinstance(value, Message):
-        return value.with_created_at(0.0)
+        return dataclasses.replace(value, created_at=0.0, id=None)
     if isinstance(value, Mapping):
         return {k: without_times(v) for k, v in value.items() if k != "timestamp"}
     if isinstance(value, list):

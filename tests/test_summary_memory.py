@@ -160,6 +160,58 @@ def test_a_failing_summarizer_loses_nothing_and_a_later_write_retries() -> None:
     assert folded[:3] == [turn(i)[0].text for i in range(3)], "the old turns were retried"
 
 
+class Interleaving(InMemoryStore):
+    """An InMemoryStore that lets another worker act just before its n-th read is served."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.before_read: tuple[int, Callable[[], object]] | None = None
+
+    def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Any:
+        self.reads += 1
+        if self.before_read is not None and self.before_read[0] == self.reads:
+            self.before_read[1]()
+        return super().tail(session_id, turns, counter)
+
+
+@pytest.mark.parametrize("meanwhile", ["append", "fold"])
+def test_a_fold_whose_second_read_sees_a_changed_session_starts_again(meanwhile: str) -> None:
+    """The fold reads the summary and the turns after it in one snapshot. When the newest turns
+    it first read do not reach back to the summary's watermark, it reads further; if another
+    worker appended or folded in between, that read no longer starts where the first one
+    said, and the fold must start again from it rather than fold shifted turns (the bug of
+    two workers on one session: turns lost, others folded twice)."""
+    store = Interleaving()
+    broken = ConversationSummaryBufferMemory(
+        120, Counting(fail=True), token_counter=len, store=store
+    )
+    for i in range(20):  # nothing folds: every turn is pending, more than a first read holds
+        broken.add_messages(turn(i))
+    other = ConversationSummaryBufferMemory(120, Counting(), token_counter=len, store=store)
+    counting = Counting()
+    memory = ConversationSummaryBufferMemory(120, counting, token_counter=len, store=store)
+
+    def act() -> object:
+        if meanwhile == "append":
+            return store.append("default", [m.stamped() for m in turn(20)])
+        return other.flush()
+
+    # The first read (16 turns) does not reach turn 0; the other worker acts before the second.
+    store.before_read = (store.reads + 2, act)
+    memory.flush()
+    stats = check(memory, memory.token_counter)
+    assert stats["turns_pending"] == 0
+    questions = [m.text.split()[1] for m in memory.get_history() if m.role == "user"]
+    summary = memory.get_context()[0].text
+    assert summary.endswith(f"up to question {questions[stats['turns_summarized'] - 1]}")
+    mine = [m.text.split()[1] for _, batch in counting.calls for m in batch if m.role == "user"]
+    if meanwhile == "append":
+        assert mine == questions[: len(mine)], "the oldest turns, folded in order, once"
+    else:
+        assert mine == [], "the other worker folded them all; nothing is folded twice"
+
+
 def test_strict_raises_after_the_write_is_stored() -> None:
     memory = ConversationSummaryBufferMemory(
         120, Counting(fail=True), token_counter=len, strict=True

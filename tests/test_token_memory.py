@@ -32,8 +32,10 @@ from _token_checks import (
 from zerda import ContextOverflowError, ZerdaWarning
 from zerda.errors import ConfigurationError
 from zerda.memory import ConversationBufferMemory, ConversationTokenBufferMemory
+from zerda.memory._base import _View
 from zerda.messages import Message, Role, ToolCall, from_openai
 from zerda.policies import Fit, fit_budget
+from zerda.stores import Tail
 from zerda.tokens import ApproxCounter, CallableCounter, TiktokenCounter, TokenCounter
 
 DATA_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "taskmaster4-coffee.jsonl.gz"
@@ -694,12 +696,8 @@ class SummaryMemory(ConversationTokenBufferMemory):
 
     SUMMARY = Message(Role.SYSTEM, "Summary: the user ordered a latte.")
 
-    def _summary(self) -> tuple[list[Message], int]:
-        return [self.SUMMARY], LEN.count_message(self.SUMMARY)
-
-
-def test_summary_slot_default_is_empty() -> None:
-    assert memory(100)._summary() == ([], 0)
+    def _fit(self, tail: Tail) -> _View | None:
+        return self._fit_budget(tail, [self.SUMMARY], LEN.count_message(self.SUMMARY), 0)
 
 
 def test_summary_is_placed_after_system_messages_and_counted() -> None:

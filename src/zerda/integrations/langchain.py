@@ -12,7 +12,7 @@ with ``RunnableWithMessageHistory`` through a ``get_session_history`` factory::
 
 :func:`to_langchain` and :func:`from_langchain` convert single messages, losslessly for
 Zerda messages: ``from_langchain(to_langchain(m)) == m``. Zerda's ``metadata`` and
-``created_at`` (and tool-call arguments that would not survive a JSON round trip) travel in
+``created_at``, ``id`` (and tool-call arguments that would not survive a JSON round trip) travel in
 ``additional_kwargs["zerda"]``, which chat model integrations do not send to the model.
 """
 
@@ -81,8 +81,8 @@ def to_langchain(message: Message) -> BaseMessage:
     user -> ``HumanMessage``, assistant -> ``AIMessage`` (tool calls as ``tool_calls``, with
     ``args`` parsed from the JSON text; a call whose text is not a JSON object goes to
     ``invalid_tool_calls``), tool -> ``ToolMessage``, system -> ``SystemMessage``. ``name`` is
-    kept; ``metadata``, ``created_at`` and anything else needed to rebuild the message exactly
-    go in ``additional_kwargs["zerda"]``.
+    kept; ``metadata``, ``created_at``, ``id`` and anything else needed to rebuild the message
+    exactly go in ``additional_kwargs["zerda"]``.
     """
     if not isinstance(message, Message):
         raise InvalidMessageError(
@@ -93,6 +93,8 @@ def to_langchain(message: Message) -> BaseMessage:
         extra["metadata"] = dict(message.metadata)
     if message.created_at is not None:
         extra["created_at"] = message.created_at
+    if message.id is not None:
+        extra["id"] = message.id
     fields: dict[str, Any] = {"content": "" if message.content is None else message.content}
     if message.content is None:
         extra["content_none"] = True
@@ -254,7 +256,7 @@ def from_langchain(message: BaseMessage) -> Message:
     role = _role_of(message)
     extra = message.additional_kwargs.get(ZERDA_KEY)
     saved: Mapping[str, Any] = extra if isinstance(extra, Mapping) else {}
-    if "metadata" in saved or "created_at" in saved:
+    if "metadata" in saved or "created_at" in saved or "id" in saved:
         metadata: Mapping[str, Any] = saved.get("metadata") or {}
     else:
         lc = _langchain_metadata(message)
@@ -273,6 +275,7 @@ def from_langchain(message: BaseMessage) -> Message:
         tool_call_id=message.tool_call_id if isinstance(message, ToolMessage) else None,
         metadata=metadata,
         created_at=saved.get("created_at"),
+        id=saved.get("id"),
     )
 
 

@@ -13,7 +13,8 @@ take a ``ChatMemoryBuffer``::
 Zerda messages: ``from_llama_index(to_llama_index(m)) == m``. Tool calls are
 ``ToolCallBlock`` blocks (arguments kept as the exact JSON text), a tool result carries
 ``additional_kwargs["tool_call_id"]``, and what LlamaIndex has no field for (Zerda's
-``metadata`` and ``created_at``, a message ``name``) travels in ``additional_kwargs["zerda"]``.
+``metadata``, ``created_at`` and ``id``, a message ``name``) travels in
+``additional_kwargs["zerda"]``.
 ``ZerdaMemory.get()``, whose messages go to a model, leaves that key out: completion-style
 LLMs print ``additional_kwargs`` into the prompt.
 """
@@ -85,7 +86,7 @@ def to_llama_index(message: Message, *, lossless: bool = True) -> ChatMessage:
     The role maps one to one. Text content is one ``TextBlock`` (none when the content is
     ``None``); each tool call is a ``ToolCallBlock`` whose ``tool_kwargs`` is the call's
     exact argument text; a tool result carries ``additional_kwargs["tool_call_id"]``. Zerda's
-    ``metadata``, ``created_at`` and ``name`` go in ``additional_kwargs["zerda"]``, unless
+    ``metadata``, ``created_at``, ``id`` and ``name`` go in ``additional_kwargs["zerda"]``, unless
     ``lossless`` is false: then they are left out, as for messages on their way to a model
     (LlamaIndex's completion-style LLMs print ``additional_kwargs`` into the prompt). What
     :func:`from_llama_index` kept of a LlamaIndex message in ``metadata["llama_index"]`` is
@@ -112,6 +113,8 @@ def to_llama_index(message: Message, *, lossless: bool = True) -> ChatMessage:
         extra["metadata"] = dict(message.metadata)
     if message.created_at is not None:
         extra["created_at"] = message.created_at
+    if message.id is not None:
+        extra["id"] = message.id
     if message.name is not None:
         extra["name"] = message.name
     if any(call.type != "function" for call in message.tool_calls):
@@ -218,7 +221,7 @@ def from_llama_index(message: ChatMessage) -> Message:
             "a LlamaIndex tool message needs additional_kwargs['tool_call_id'] to pair it with "
             "its call"
         )
-    if "metadata" in saved or "created_at" in saved:
+    if "metadata" in saved or "created_at" in saved or "id" in saved:
         metadata: Mapping[str, Any] = saved.get("metadata") or {}
     else:
         kept: dict[str, Any] = {}
@@ -240,6 +243,7 @@ def from_llama_index(message: ChatMessage) -> Message:
         tool_call_id=tool_call_id if role is Role.TOOL else None,
         metadata=metadata,
         created_at=saved.get("created_at"),
+        id=saved.get("id"),
     )
 
 

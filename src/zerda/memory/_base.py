@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from zerda.errors import (
     ConfigurationError,
@@ -16,9 +15,19 @@ from zerda.errors import (
     ZerdaError,
     warn,
 )
-from zerda.messages import Message, Role, Turn, group_turns
-from zerda.stores._base import AsyncStore, Store, Tail, TokenCounts, check_session_id
+from zerda.memory._flow import Append, DeleteSession, Flow, History, ReadTail, adrive, drive
+from zerda.messages import Message, Role, Turn, group_turns, stamp_batch
+from zerda.stores._base import (
+    AsyncOverThread,
+    AsyncStore,
+    Store,
+    Tail,
+    TokenCounts,
+    check_session_id,
+)
 from zerda.stores._memory import InMemoryStore
+
+T = TypeVar("T")
 
 __all__ = ["BaseMemory", "MessageLike"]
 
@@ -38,7 +47,9 @@ class _View:
     """What a memory shows: the pinned system messages and the tail from ``start`` on.
 
     ``error`` is set when no context fits the budget: reading the context raises it, stats
-    report it. The token fields are filled by memories that count tokens.
+    report it. The token fields are filled by memories that count tokens; ``hint`` is how many
+    turns the next read should ask for, and ``summary_state`` the stored summary the view was
+    fitted with (summary memories).
     """
 
     tail: Tail
@@ -53,6 +64,8 @@ class _View:
     overhead_tokens: int = 0
     summary_turns: int = 0
     summary_at: float | None = None
+    hint: int | None = None
+    summary_state: Any = None
 
     def context(self) -> list[Message]:
         if self.error is not None:
@@ -90,9 +103,10 @@ def turn_dict(turn: Turn) -> dict[str, Any]:
 
 
 def _stamped(item: MessageLike, now: float) -> Message:
-    """``item`` as a validated Message with ``created_at`` set (to ``now`` if it had none)."""
+    """``item`` as a validated Message with ``created_at`` (``now`` if it had none) and an
+    ``id`` (a new one if it had none)."""
     m = item if isinstance(item, Message) else Message.from_dict(item)
-    return m if m.created_at is not None else m.with_created_at(now)
+    return m.stamped(now)
 
 
 def _check_key(value: object, what: str) -> str:
@@ -111,6 +125,8 @@ class BaseMemory(ABC):
     """
 
     _type_name: ClassVar[str] = "BaseMemory"
+    # How many of the newest turns the next read asks for (None: all); views update it.
+    _turns_hint: int | None = None
 
     def __init__(
         self,
@@ -136,21 +152,26 @@ class BaseMemory(ABC):
             )
         self.store: Store | AsyncStore = InMemoryStore() if store is None else store
         self._sync: Store | None = self.store if isinstance(self.store, Store) else None
-        self._async: AsyncStore | None = self.store if isinstance(self.store, AsyncStore) else None
-        if self._sync is None and self._async is None:
+        if isinstance(self.store, AsyncStore):
+            self._async: AsyncStore = self.store
+        elif self._sync is not None:
+            # Async calls over a sync store run its methods in a worker thread.
+            self._async = AsyncOverThread(self._sync)
+        else:
             raise ConfigurationError(
                 f"store must implement zerda.stores.Store or AsyncStore, got {store!r}"
             )
 
     # -- what subclasses decide -----------------------------------------------------------
 
-    @abstractmethod
     def _turns_to_read(self) -> int | None:
         """How many of the newest turns to read first (``None``: all)."""
+        return self._turns_hint
 
     @abstractmethod
     def _fit(self, tail: Tail) -> _View | None:
-        """Choose the context from ``tail`` (a pure step); ``None`` asks for a longer tail."""
+        """Choose the context from ``tail`` (pure: no I/O, no change to ``self``); ``None``
+        asks for a longer tail."""
 
     def _counter_name(self) -> str | None:
         """The counter whose stored counts the tail should carry (``None``: no counts)."""
@@ -163,8 +184,40 @@ class BaseMemory(ABC):
     def _extra_stats(self, view: _View) -> dict[str, Any]:
         return {}
 
-    # -- store I/O: sync calls need a sync store; async calls are native over an async store
-    #    and run in a worker thread over a sync one ------------------------------------------
+    # -- the operations, each written once as a flow (see zerda.memory._flow) ----------------
+
+    def _write_flow(self, batch: list[Message]) -> Flow[None]:
+        """Record a prepared batch (summary memories fold after it)."""
+        yield Append(self.session_id, batch, self._count(batch))
+
+    def _read_flow(self, tail: Tail | None = None) -> Flow[_View]:
+        """The view of ``tail`` (read first when ``None``), reading longer tails for as long
+        as the policy asks for more turns."""
+        turns = self._turns_to_read()
+        while True:
+            if tail is None:
+                tail = yield ReadTail(self.session_id, turns, self._counter_name())
+            view = self._fit(tail)
+            if view is not None:
+                if view.hint is not None:
+                    self._turns_hint = view.hint
+                return view
+            turns = _more(len(tail.turn_starts))
+            tail = None
+
+    def _totals_flow(self) -> Flow[Tail]:
+        tail: Tail = yield ReadTail(self.session_id, 0, None)
+        return tail
+
+    def _history_flow(self) -> Flow[list[Message]]:
+        history: list[Message] = yield History(self.session_id)
+        return history
+
+    def _clear_flow(self) -> Flow[None]:
+        yield DeleteSession(self.session_id)
+
+    # -- the drivers: sync calls need a sync store; async calls are native over an async
+    #    store and run in a worker thread over a sync one ---------------------------------------
 
     @property
     def _io(self) -> Store:
@@ -175,48 +228,18 @@ class BaseMemory(ABC):
             )
         return self._sync
 
-    async def _aappend(self, batch: list[Message]) -> None:
-        tokens = self._count(batch)
-        if self._async is not None:
-            await self._async.aappend(self.session_id, batch, tokens)
-        else:
-            await asyncio.to_thread(self._io.append, self.session_id, batch, tokens)
+    def _run(self, flow: Flow[T]) -> T:
+        return drive(flow, self._io)
 
-    async def _atail(self, turns: int | None) -> Tail:
-        if self._async is not None:
-            return await self._async.atail(self.session_id, turns, self._counter_name())
-        return await asyncio.to_thread(self._io.tail, self.session_id, turns, self._counter_name())
-
-    def _read(self, fit: Callable[[Tail], _View | None] | None = None) -> _View:
-        """Read tails, longer each time ``fit`` (default: ``self._fit``) asks, until it fits."""
-        fit = fit or self._fit
-        turns = self._turns_to_read()
-        while True:
-            view = fit(self._io.tail(self.session_id, turns, self._counter_name()))
-            if view is not None:
-                return view
-            turns = _more(turns)
-
-    async def _aread(self, fit: Callable[[Tail], _View | None] | None = None) -> _View:
-        fit = fit or self._fit
-        turns = self._turns_to_read()
-        while True:
-            view = fit(await self._atail(turns))
-            if view is not None:
-                return view
-            turns = _more(turns)
-
-    def _after_write(self) -> None:  # noqa: B027  (a hook: most memories do nothing)
-        """Called after every write (summary memories fold evicted turns here)."""
-
-    async def _aafter_write(self) -> None:  # noqa: B027
-        """The async twin of :meth:`_after_write`."""
+    async def _arun(self, flow: Flow[T]) -> T:
+        return await adrive(flow, self._async)
 
     # -- shared, I/O-free steps -----------------------------------------------------------
 
     @staticmethod
     def _prepare(messages: Iterable[MessageLike]) -> list[Message]:
-        """Validate a batch and stamp ``created_at``; raises before anything is stored."""
+        """Validate a batch and stamp ``created_at`` and ``id``; raises before anything is
+        stored."""
         if isinstance(messages, (Message, Mapping, str, bytes)) or not isinstance(
             messages, Iterable
         ):
@@ -224,18 +247,17 @@ class BaseMemory(ABC):
                 "add_messages takes a list of messages, got "
                 f"{type(messages).__name__}; use add_message for a single one"
             )
-        now = time.time()
         batch: list[Message] = []
         append = batch.append
         for item in messages:
-            if type(item) is Message and item.created_at is None:
-                append(item.with_created_at(now))  # the common case, kept cheap
+            if type(item) is Message:
+                append(item)  # the common case, kept cheap
                 continue
             try:
-                append(_stamped(item, now))
+                append(item if isinstance(item, Message) else Message.from_dict(item))
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"message {len(batch)}: {exc}") from None
-        return batch
+        return stamp_batch(batch, time.time())
 
     def _seed_turn(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> list[Message]:
         # Check both before building either, so a bad ``outputs`` does not first warn about a
@@ -243,15 +265,12 @@ class BaseMemory(ABC):
         for values, what in ((inputs, "inputs"), (outputs, "outputs")):
             if not isinstance(values, Mapping):
                 raise ConfigurationError(f"{what} must be a dict, got {type(values).__name__}")
-        now = time.time()
-        user = self._seed_message(Role.USER, inputs, self.input_key, "inputs", now)
-        assistant = self._seed_message(Role.ASSISTANT, outputs, self.output_key, "outputs", now)
-        return [user, assistant]
+        user = self._seed_message(Role.USER, inputs, self.input_key, "inputs")
+        assistant = self._seed_message(Role.ASSISTANT, outputs, self.output_key, "outputs")
+        return stamp_batch([user, assistant], time.time())
 
     @staticmethod
-    def _seed_message(
-        role: Role, values: Mapping[str, Any], key: str, what: str, now: float
-    ) -> Message:
+    def _seed_message(role: Role, values: Mapping[str, Any], key: str, what: str) -> Message:
         if key not in values:
             warn(
                 f"save_context: key {key!r} is missing from {what} (keys there: "
@@ -260,8 +279,8 @@ class BaseMemory(ABC):
             )
         value = values.get(key)
         if value is None:
-            return Message(role, "", metadata={NONE_MARK: True}, created_at=now)
-        return Message(role, value if isinstance(value, str) else str(value), created_at=now)
+            return Message(role, "", metadata={NONE_MARK: True})
+        return Message(role, value if isinstance(value, str) else str(value))
 
     def _format(self, view: _View) -> Any:
         turns = view.turns()
@@ -319,41 +338,41 @@ class BaseMemory(ABC):
     # -- message-level API ----------------------------------------------------------------
 
     def add_message(self, message: MessageLike) -> Message:
-        """Record one message; returns it as stored (with ``created_at`` set)."""
+        """Record one message; returns it as stored, with ``created_at`` and ``id`` set.
+
+        A message whose id the session already holds is not stored again: to retry a write
+        whose outcome is unknown, send the same id (keep what this returned, or give ids).
+        """
         batch = [_stamped(message, time.time())]
-        self._io.append(self.session_id, batch, self._count(batch))
-        self._after_write()
+        self._run(self._write_flow(batch))
         return batch[0]
 
     def add_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
         """Record messages as one atomic batch: all are stored, together, or none is."""
         batch = self._prepare(messages)
-        self._io.append(self.session_id, batch, self._count(batch))
-        self._after_write()
+        self._run(self._write_flow(batch))
         return batch
 
     def get_context(self) -> list[Message]:
         """What to send to the model: pinned system messages first, then the kept turns."""
-        return self._read().context()
+        return self._run(self._read_flow()).context()
 
     def get_history(self) -> list[Message]:
         """Every stored message, in order, system messages included."""
-        return self._io.history(self.session_id)
+        return self._run(self._history_flow())
 
     # -- seed API ---------------------------------------------------------------------------
 
     def save_context(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
         """Record one turn: ``inputs[input_key]`` said by the user, ``outputs[output_key]``."""
-        batch = self._seed_turn(inputs, outputs)
-        self._io.append(self.session_id, batch, self._count(batch))
-        self._after_write()
+        self._run(self._write_flow(self._seed_turn(inputs, outputs)))
 
     def load_memory_variables(self, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``{memory_key: text}``, or ``{memory_key: [turn dicts]}`` with ``return_messages``.
 
         ``inputs`` is accepted for compatibility and ignored.
         """
-        return {self.memory_key: self._format(self._read())}
+        return {self.memory_key: self._format(self._run(self._read_flow()))}
 
     def get_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The last ``limit`` turns the memory keeps, as a new list of turn dicts.
@@ -361,60 +380,54 @@ class BaseMemory(ABC):
         ``None`` gives every kept turn, ``0`` none; a negative limit raises ``ValueError``.
         """
         self._check_limit(limit)
-        return self._last_dicts(self._read(), limit)
+        return self._last_dicts(self._run(self._read_flow()), limit)
 
     def get_memory_stats(self) -> dict[str, Any]:
         """Counts over what the memory keeps; ``stored_*`` count the whole stored session."""
-        return self._stats(self._read())
+        return self._stats(self._run(self._read_flow()))
 
     def clear(self) -> None:
         """Forget the session: every message and its metadata, system messages included."""
-        self._io.delete_session(self.session_id)
+        self._run(self._clear_flow())
 
-    # -- async twins --------------------------------------------------------------------------
+    # -- async twins: the same flows, driven by the async driver ----------------------------------
 
     async def aadd_message(self, message: MessageLike) -> Message:
         batch = [_stamped(message, time.time())]
-        await self._aappend(batch)
-        await self._aafter_write()
+        await self._awrite(batch)
         return batch[0]
 
     async def aadd_messages(self, messages: Iterable[MessageLike]) -> list[Message]:
         batch = self._prepare(messages)
-        await self._aappend(batch)
-        await self._aafter_write()
+        await self._awrite(batch)
         return batch
 
+    async def _awrite(self, batch: list[Message]) -> None:
+        await self._arun(self._write_flow(batch))
+
     async def aget_context(self) -> list[Message]:
-        return (await self._aread()).context()
+        return (await self._arun(self._read_flow())).context()
 
     async def aget_history(self) -> list[Message]:
-        if self._async is not None:
-            return await self._async.ahistory(self.session_id)
-        return await asyncio.to_thread(self._io.history, self.session_id)
+        return await self._arun(self._history_flow())
 
     async def asave_context(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
-        batch = self._seed_turn(inputs, outputs)
-        await self._aappend(batch)
-        await self._aafter_write()
+        await self._awrite(self._seed_turn(inputs, outputs))
 
     async def aload_memory_variables(
         self, inputs: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        return {self.memory_key: self._format(await self._aread())}
+        return {self.memory_key: self._format(await self._arun(self._read_flow()))}
 
     async def aget_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         self._check_limit(limit)
-        return self._last_dicts(await self._aread(), limit)
+        return self._last_dicts(await self._arun(self._read_flow()), limit)
 
     async def aget_memory_stats(self) -> dict[str, Any]:
-        return self._stats(await self._aread())
+        return self._stats(await self._arun(self._read_flow()))
 
     async def aclear(self) -> None:
-        if self._async is not None:
-            await self._async.adelete_session(self.session_id)
-        else:
-            await asyncio.to_thread(self._io.delete_session, self.session_id)
+        await self._arun(self._clear_flow())
 
     @property
     def memory_variables(self) -> list[str]:

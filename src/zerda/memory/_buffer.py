@@ -21,9 +21,6 @@ class ConversationBufferMemory(BaseMemory):
 
     _type_name: ClassVar[str] = "ConversationBufferMemory"
 
-    def _turns_to_read(self) -> int | None:
-        return None
-
     def _fit(self, tail: Tail) -> _View:
         return _View(tail, 0, len(tail.turn_starts))
 
@@ -54,10 +51,10 @@ class ConversationBufferWindowMemory(BaseMemory):
 
     def get_window_info(self) -> dict[str, Any]:
         """Window fill: ``current_size``, ``max_size``, ``available_slots``, ``is_full``."""
-        return self._window_info(self._io.tail(self.session_id, 0).total_turns)
+        return self._window_info(self._run(self._totals_flow()).total_turns)
 
     async def aget_window_info(self) -> dict[str, Any]:
-        return self._window_info((await self._atail(0)).total_turns)
+        return self._window_info((await self._arun(self._totals_flow())).total_turns)
 
     def _window_info(self, total_turns: int) -> dict[str, Any]:
         size = min(total_turns, self.k)

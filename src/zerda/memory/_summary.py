@@ -5,22 +5,17 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from zerda.errors import ConfigurationError, SummarizerError
 from zerda.memory._base import _View
+from zerda.memory._flow import AppendThenTail, CompareAndSet, Flow, ReadTail, Summarize
 from zerda.memory._token import ConversationTokenBufferMemory
 from zerda.messages import Message, Role, group_turns
 from zerda.stores._base import Tail
-from zerda.summarize import (
-    ExtractiveSummarizer,
-    Summarizer,
-    SummaryResult,
-    arun_summarizer,
-    run_summarizer,
-)
+from zerda.summarize import ExtractiveSummarizer, Summarizer, SummaryResult
 from zerda.tokens import TokenCounter
 
 __all__ = ["ConversationSummaryBufferMemory", "ConversationSummaryMemory"]
@@ -32,26 +27,28 @@ many turns, counted from the session's first, it covers (its watermark)."""
 DEFAULT_PREFIX = "Summary of the earlier conversation:\n"
 # The default summary's token target: a quarter of the budget, and never more than this.
 _DEFAULT_SUMMARY_CAP = 1024
-# Folding can push more turns out of the budget (the summary grows); fold again, a few times.
-_MAX_FOLDS = 3
 
 
 @dataclass(frozen=True, slots=True)
 class _Stored:
+    """The summary state a tail carried: ``raw`` as stored (what a fold compares and sets),
+    and what it says."""
+
+    raw: Any = None
     text: str = ""
     turns: int = 0
     updated_at: float | None = None
 
     @classmethod
-    def of(cls, metadata: dict[str, Any]) -> _Stored:
-        value = metadata.get(SUMMARY_KEY)
-        if not isinstance(value, dict):
-            return cls()
-        text, turns = value.get("text"), value.get("turns")
+    def of(cls, metadata: Mapping[str, Any]) -> _Stored:
+        raw = metadata.get(SUMMARY_KEY)
+        if not isinstance(raw, dict):
+            return cls(raw)
+        text, turns = raw.get("text"), raw.get("turns")
         if not isinstance(text, str) or not isinstance(turns, int) or turns < 0:
-            return cls()
-        at = value.get("updated_at")
-        return cls(text, turns, float(at) if isinstance(at, (int, float)) else None)
+            return cls(raw)
+        at = raw.get("updated_at")
+        return cls(raw, text, turns, float(at) if isinstance(at, (int, float)) else None)
 
 
 class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
@@ -63,6 +60,13 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
     summary and its watermark live in the store's session metadata, so a restart neither
     re-summarizes nor loses anything. The summary is sent as a system message after the pinned
     ones and counts inside the budget.
+
+    Folding is exactly-once, however many threads, processes or machines share the session:
+    the summary, its watermark and the turns after it are read in one snapshot, and the new
+    summary is written by compare-and-set on the one it was made from. A worker that loses
+    the race drops its result and reads again, so every turn is either in the summary, once,
+    or in the context verbatim. A write that folds nothing costs one round trip to the store
+    (the append and the read after it), a read one.
 
     A summarizer failure loses nothing: the turns stay in the store, are left out of the
     context (which still respects the budget) and are folded on a later write; the failure
@@ -120,29 +124,68 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
 
     # -- reading: the stored summary in the slot, no turn it covers in the context ----------
 
+    def _fit(self, tail: Tail) -> _View | None:
+        stored = _Stored.of(tail.metadata)
+        summary, tokens = self._slot(stored)
+        view = self._fit_budget(tail, summary, tokens, stored.turns)
+        if view is not None:
+            view.summary_turns, view.summary_at = stored.turns, stored.updated_at
+            view.summary_state = stored
+        return view
+
     def _slot(self, stored: _Stored) -> tuple[list[Message], int]:
         if not stored.text:
             return [], 0
         message = Message(Role.SYSTEM, self.summary_prefix + stored.text)
         return [message], self.token_counter.count_message(message)
 
-    def _fit_stored(self, stored: _Stored) -> Callable[[Tail], _View | None]:
-        slot = self._slot(stored)
-        return lambda tail: self._fit(tail, slot, stored.turns)
-
-    def _read(self, fit: Callable[[Tail], _View | None] | None = None) -> _View:
-        stored = _Stored.of(self._io.get_metadata(self.session_id))
-        view = super()._read(fit or self._fit_stored(stored))
-        view.summary_turns, view.summary_at = stored.turns, stored.updated_at
-        return view
-
-    async def _aread(self, fit: Callable[[Tail], _View | None] | None = None) -> _View:
-        stored = _Stored.of(await self._ametadata())
-        view = await super()._aread(fit or self._fit_stored(stored))
-        view.summary_turns, view.summary_at = stored.turns, stored.updated_at
-        return view
-
     # -- writing: fold what the context no longer holds -----------------------------------
+
+    def _write_flow(self, batch: list[Message]) -> Flow[None]:
+        tail = yield from self._append_flow(batch)
+        yield from self._fold_flow(tail)
+
+    def _append_flow(self, batch: list[Message]) -> Flow[Tail]:
+        """Append, and read the tail right after, in one round trip."""
+        reply: tuple[int, Tail] = yield AppendThenTail(
+            self.session_id, batch, self._count(batch), self._turns_to_read(), self._counter_name()
+        )
+        return reply[1]
+
+    def _fold_flow(self, tail: Tail | None) -> Flow[None]:
+        """Fold whatever turns the context of ``tail`` (read first when ``None``) no longer
+        holds, until a fresh read shows nothing left to fold.
+
+        Each fold summarizes exactly the turns from the stored watermark to the context, read
+        in the same snapshot as the summary, and stores the result only if the summary is
+        still the one it started from (compare-and-set). Win or lose, it reads again.
+        """
+        while True:
+            view = yield from self._read_flow(tail)
+            stored: _Stored = view.summary_state
+            pending = self._pending(view, stored)
+            if not pending:
+                return
+            source = view.tail
+            if _first_turn(source) > stored.turns:  # the read did not reach the watermark
+                source = yield ReadTail(
+                    self.session_id, source.total_turns - stored.turns, self._counter_name()
+                )
+                if _first_turn(source) > stored.turns or _Stored.of(source.metadata) != stored:
+                    # Turns were added or folded meanwhile: start again from what is stored.
+                    tail = source
+                    continue
+            try:
+                result = yield Summarize(
+                    self.summarizer, stored.text, _turns_from(source, stored.turns, pending)
+                )
+            except SummarizerError as exc:
+                self._failed(exc)
+                return
+            yield CompareAndSet(
+                self.session_id, SUMMARY_KEY, stored.raw, self._record(stored, pending, result)
+            )
+            tail = None  # won or lost, see what is stored now
 
     def _pending(self, view: _View, stored: _Stored) -> int:
         """Turns out of the context and not yet in the summary."""
@@ -151,21 +194,15 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
             first_in_context = view.tail.total_turns - 1  # keep the newest turn verbatim
         return max(0, first_in_context - stored.turns)
 
-    def _fold_inputs(self, tail: Tail, pending: int) -> list[Message]:
-        turns = group_turns(tail.messages)
-        return [m for turn in turns[:pending] for m in turn.messages]
-
     def _record(self, stored: _Stored, pending: int, result: SummaryResult) -> dict[str, Any]:
         self.last_result = result
         self.last_error = None
         return {
-            SUMMARY_KEY: {
-                "text": result.text,
-                "turns": stored.turns + pending,
-                "updated_at": time.time(),
-                "prompt_tokens": result.prompt_tokens,
-                "completion_tokens": result.completion_tokens,
-            }
+            "text": result.text,
+            "turns": stored.turns + pending,
+            "updated_at": time.time(),
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
         }
 
     def _failed(self, exc: SummarizerError) -> None:
@@ -174,35 +211,21 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         if self.strict:
             raise exc
 
-    def _after_write(self) -> None:
-        self.flush()
-
     def flush(self) -> None:
         """Fold now whatever turns the context no longer holds (writes do this already)."""
-        for _ in range(_MAX_FOLDS):
-            stored = _Stored.of(self._io.get_metadata(self.session_id))
-            view = self._read(self._fit_stored(stored))
-            pending = self._pending(view, stored)
-            if not pending:
-                return
-            # Only the turns from the watermark on: what is already summarized is not read.
-            tail = self._io.tail(self.session_id, view.tail.total_turns - stored.turns)
-            try:
-                result = run_summarizer(
-                    self.summarizer, stored.text, self._fold_inputs(tail, pending)
-                )
-            except SummarizerError as exc:
-                self._failed(exc)
-                return
-            # Another worker may have folded meanwhile: its summary stands, ours is dropped.
-            if _Stored.of(self._io.get_metadata(self.session_id)).turns == stored.turns:
-                self._io.update_metadata(self.session_id, self._record(stored, pending, result))
+        self._run(self._fold_flow(None))
 
-    async def _aafter_write(self) -> None:
+    async def _awrite(self, batch: list[Message]) -> None:
         if not self.background:
-            await self._afold()
+            async with self._fold_lock():
+                await self._arun(self._write_flow(batch))
             return
-        task = asyncio.get_running_loop().create_task(self._afold())
+        tail = await self._arun(self._append_flow(batch))
+        view = self._fit(tail)
+        if view is not None and not self._pending(view, view.summary_state):
+            return  # nothing to fold: no task, no further round trip
+        # The fold runs later, maybe after other writes: it reads afresh then.
+        task = asyncio.get_running_loop().create_task(self._afold(None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -210,43 +233,18 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         """Wait for the folds running in the background, then fold what is still pending."""
         if self._tasks:
             await asyncio.gather(*self._tasks)
-        await self._afold()
+        await self._afold(None)
 
-    async def _afold(self) -> None:
+    async def _afold(self, tail: Tail | None) -> None:
         async with self._fold_lock():
-            for _ in range(_MAX_FOLDS):
-                stored = _Stored.of(await self._ametadata())
-                view = await self._aread(self._fit_stored(stored))
-                pending = self._pending(view, stored)
-                if not pending:
-                    return
-                tail = await self._atail(view.tail.total_turns - stored.turns)
-                try:
-                    result = await arun_summarizer(
-                        self.summarizer, stored.text, self._fold_inputs(tail, pending)
-                    )
-                except SummarizerError as exc:
-                    self._failed(exc)
-                    return
-                if _Stored.of(await self._ametadata()).turns == stored.turns:
-                    await self._aupdate(self._record(stored, pending, result))
+            await self._arun(self._fold_flow(tail))
 
     def _fold_lock(self) -> asyncio.Lock:
-        # One fold at a time per memory: background folds queue instead of racing.
+        # One fold at a time per memory: background folds queue instead of racing (workers
+        # elsewhere may still race; compare-and-set settles that).
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
-
-    async def _ametadata(self) -> dict[str, Any]:
-        if self._async is not None:
-            return await self._async.aget_metadata(self.session_id)
-        return await asyncio.to_thread(self._io.get_metadata, self.session_id)
-
-    async def _aupdate(self, values: dict[str, Any]) -> None:
-        if self._async is not None:
-            await self._async.aupdate_metadata(self.session_id, values)
-        else:
-            await asyncio.to_thread(self._io.update_metadata, self.session_id, values)
 
     def _extra_stats(self, view: _View) -> dict[str, Any]:
         stats = super()._extra_stats(view)
@@ -268,6 +266,18 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         return stats
 
 
+def _first_turn(tail: Tail) -> int:
+    """The number, counted from the session's first turn, of the tail's first turn."""
+    return tail.total_turns - len(tail.turn_starts)
+
+
+def _turns_from(tail: Tail, first: int, count: int) -> list[Message]:
+    """The messages of the ``count`` turns numbered ``first`` on (the tail must hold them)."""
+    offset = first - _first_turn(tail)
+    starts = [*tail.turn_starts, len(tail.messages)]
+    return list(tail.messages[starts[offset] : starts[offset + count]])
+
+
 class ConversationSummaryMemory(ConversationSummaryBufferMemory):
     """Pinned system messages and a running summary of every turn, plus the turn in progress.
 
@@ -281,13 +291,8 @@ class ConversationSummaryMemory(ConversationSummaryBufferMemory):
         kwargs.setdefault("max_token_limit", sys.maxsize // 2)
         super().__init__(summarizer=summarizer, **kwargs)
 
-    def _fit(
-        self,
-        tail: Tail,
-        slot: tuple[Sequence[Message], int] | None = None,
-        first_turn: int = 0,
-    ) -> _View | None:
-        view = super()._fit(tail, slot, first_turn)
+    def _fit(self, tail: Tail) -> _View | None:
+        view = super()._fit(tail)
         if view is None or view.error is not None or not view.turns_in_context:
             return view
         newest = group_turns(view.tail.messages[view.start :])[-1]

@@ -85,26 +85,20 @@ class ConversationTokenBufferMemory(BaseMemory):
     def _count(self, batch: Sequence[Message]) -> TokenCounts:
         return {self.token_counter.name: [self.token_counter.count_message(m) for m in batch]}
 
-    def _turns_to_read(self) -> int | None:
-        return self._turns_hint
+    def _fit(self, tail: Tail) -> _View | None:
+        return self._fit_budget(tail, (), 0, 0)
 
-    def _summary(self) -> tuple[list[Message], int]:
-        """The summary slot: messages placed after the system messages and their tokens.
-
-        Summary memories override this; the budget counts the summary like anything else.
-        """
-        return [], 0
-
-    def _fit(
+    def _fit_budget(
         self,
         tail: Tail,
-        slot: tuple[Sequence[Message], int] | None = None,
-        first_turn: int = 0,
+        summary: Sequence[Message],
+        summary_tokens: int,
+        first_turn: int,
     ) -> _View | None:
-        """Fit ``tail`` into the budget, with ``slot`` (summary messages and their tokens;
-        default ``self._summary()``) counted in it and no turn older than ``first_turn``
-        (counted from the session's first turn) in the context."""
-        summary, summary_tokens = self._summary() if slot is None else slot
+        """Fit ``tail`` into the budget, with the ``summary`` messages (``summary_tokens``)
+        counted in it and no turn older than ``first_turn`` (counted from the session's first
+        turn) in the context. Pure: the view says how many turns the next read should ask
+        for (``hint``)."""
         skipped = first_turn - (tail.total_turns - len(tail.turn_starts))
         if skipped > 0:  # the tail reaches back past first_turn: those turns are summarized
             tail = _from_turn(tail, skipped)
@@ -131,9 +125,14 @@ class ConversationTokenBufferMemory(BaseMemory):
             return _View(tail, len(tail.messages), 0, error=error, **parts)
         if fit.exhausted and not tail.complete and skipped < 0:
             return None  # every turn read fitted: an older, unsummarized one may fit too
-        self._turns_hint = fit.turns + _MARGIN
         return _View(
-            tail, fit.start, fit.turns, truncated=fit.truncated, turn_tokens=fit.tokens, **parts
+            tail,
+            fit.start,
+            fit.turns,
+            truncated=fit.truncated,
+            turn_tokens=fit.tokens,
+            hint=fit.turns + _MARGIN,
+            **parts,
         )
 
     def _overflow(self, what: str, needed: int, fixed: int) -> ContextOverflowError:
