@@ -140,12 +140,15 @@ def _usage_error(prog: str, message: str) -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    """One line for an error: the file and the reason for OS errors, else the message."""
+    """One line for an error: the file and the reason for OS errors, else the message; never
+    a password, whatever store address the message quotes."""
+    from zerda.stores._base import redact
+
     if isinstance(exc, OSError) and exc.strerror:
         text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     else:
         text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
+    return redact(" ".join(text.split()))
 
 
 def _show_warning(
@@ -156,8 +159,11 @@ def _show_warning(
     file: TextIO | None = None,
     line: str | None = None,
 ) -> None:
+    from zerda.stores._base import redact
+
     prefix = "" if issubclass(category, ZerdaWarning) else f"{category.__name__}: "
-    print(f"zerda: warning: {prefix}{' '.join(str(message).split())}", file=sys.stderr)
+    text = redact(" ".join(str(message).split()))
+    print(f"zerda: warning: {prefix}{text}", file=sys.stderr)
 
 
 def _tolerate_narrow_terminals() -> None:

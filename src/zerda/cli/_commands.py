@@ -25,8 +25,8 @@ from zerda.memory import (
     ConversationTokenBufferMemory,
 )
 from zerda.messages import Message, Role, group_turns
-from zerda.stores._base import SessionInfo, Store, Tail
-from zerda.stores._open import StoreTarget, open_store, parse_target, redact_target
+from zerda.stores._base import SessionInfo, Store, Tail, redact
+from zerda.stores._open import StoreTarget, open_store, parse_target
 from zerda.tokens import ApproxCounter, TiktokenCounter, TokenCounter, default_token_counter
 
 __all__ = ["COMMANDS", "Context"]
@@ -53,7 +53,7 @@ class Context:
     @property
     def shown(self) -> str:
         """The target as it may be printed: any password in a URL masked."""
-        return redact_target(self.target)
+        return redact(self.target)
 
 
 # -- opening the store -----------------------------------------------------------------------

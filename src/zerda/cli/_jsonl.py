@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zerda.errors import InvalidMessageError
-from zerda.messages import Message
+from zerda.messages import MAX_METADATA_DEPTH, Message
 
 __all__ = ["FORM_NAMES", "Parsed", "parse_jsonl"]
 
@@ -90,6 +90,13 @@ def _decode(raw: bytes) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidMessageError(f"not JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise InvalidMessageError(
+            f"nested too deeply to read (Zerda's limit is {MAX_METADATA_DEPTH} levels of metadata)"
+        ) from None
+    except ValueError as exc:  # a number too long to convert, and the like
+        reason = str(exc).split(";")[0]  # not Python's advice on raising its limit
+        raise InvalidMessageError(f"not a JSON value Zerda can read: {reason}") from None
 
 
 def _is_conversation(value: object) -> bool:

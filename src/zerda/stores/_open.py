@@ -8,22 +8,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from zerda.errors import ConfigurationError
-from zerda.stores._base import Store
+from zerda.stores._base import Store, redact
 
-__all__ = ["ACCEPTED_TARGETS", "StoreTarget", "open_store", "parse_target", "redact_target"]
+__all__ = ["ACCEPTED_TARGETS", "StoreTarget", "open_store", "parse_target"]
 
 ACCEPTED_TARGETS = (
     "a file path (SQLite; a path ending in .json is a JSON file), sqlite:///absolute/path, "
     "sqlite:relative/path, json:PATH, memory:, redis://[:password@]host:port/db[?prefix=NAME], "
-    "postgresql://user[:password]@host:port/db[?schema=NAME]"
+    "redis+cluster://host:port[?prefix=NAME], "
+    "postgresql://user[:password]@host:port/db[?schema=NAME], "
+    "or a libpq key/value string ('host=... dbname=...')"
 )
 
 # ``scheme:`` at the start of a target. One letter is a Windows drive (``C:\chats.db``), not a
 # scheme, so a scheme has two characters or more.
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):(.*)", re.DOTALL)
+# A libpq key/value connection string: ``keyword = value`` pairs separated by spaces.
+_KEYWORD_PAIR = re.compile(r"\s*[A-Za-z_]+\s*=")
+# Keywords that say "libpq" even alone, with no space in the target (``dbname=test``).
+_LIBPQ_START = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|connect_timeout|"
+    r"options|application_name)\s*=",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +61,16 @@ def parse_target(target: str | os.PathLike[str]) -> StoreTarget:
         raise ConfigurationError(f"the store target is empty; accepted: {ACCEPTED_TARGETS}")
     match = _SCHEME.fullmatch(target)
     if match is None:
+        if "=" in target and (_LIBPQ_START.match(target) or any(c.isspace() for c in target)):
+            return _keyword_target(target)
         return _file_target(target)
     scheme, rest = match.group(1).lower(), match.group(2)
     parse = _SCHEMES.get(scheme)
     if parse is None:
         # A relative file name with a colon in it reads as a scheme; say how to write it.
-        hint = "" if rest.startswith("//") else f" (for a file of that name: ./{target})"
+        hint = "" if rest.startswith("//") else f" (for a file of that name: ./{redact(target)})"
         raise ConfigurationError(
-            f"cannot open a store at {redact_target(target)!r}: unknown scheme {scheme!r}; "
+            f"cannot open a store at {redact(target)!r}: unknown scheme {scheme!r}; "
             f"accepted: {ACCEPTED_TARGETS}{hint}"
         )
     return parse(target, rest)
@@ -74,11 +85,16 @@ def open_store(target: str | os.PathLike[str], **options: Any) -> Store:
     - ``memory:``: a new, empty :class:`~zerda.stores.InMemoryStore`;
     - ``redis://`` or ``rediss://`` URLs: :class:`~zerda.stores.RedisStore` (``?prefix=NAME``
       sets its key prefix);
-    - ``postgresql://`` or ``postgres://`` URLs: :class:`~zerda.stores.PostgresStore`
+    - ``redis+cluster://host:port`` (``rediss+cluster://`` for TLS): a
+      :class:`~zerda.stores.RedisStore` over a Redis Cluster, that node its seed;
+    - ``postgresql://`` or ``postgres://`` URLs, and libpq key/value strings
+      (``host=db user=app dbname=chat``): :class:`~zerda.stores.PostgresStore`
       (``?schema=NAME`` sets its schema; other parameters go to libpq).
 
-    A ``~`` at the start of a path is the user's home folder. Any other target raises
-    :class:`ConfigurationError` listing the accepted forms.
+    A ``~`` at the start of a path is the user's home folder. A target with ``=`` and a space
+    is never a file name (for a file called that, write ``./`` before it). Any other target
+    raises :class:`ConfigurationError` listing the accepted forms; no error or repr shows a
+    password.
     """
     parsed = parse_target(target)
     return _OPENERS[parsed.backend](parsed, options)
@@ -87,10 +103,33 @@ def open_store(target: str | os.PathLike[str], **options: Any) -> Store:
 # -- parsing, one function per scheme ------------------------------------------------------
 
 
+def _keyword_target(target: str) -> StoreTarget:
+    """A target with ``=`` and a space (or a libpq keyword first) and no scheme: a libpq
+    key/value string (``host=h dbname=d``), for Postgres. Never a file name: a file named
+    after a password helps nobody."""
+    if _KEYWORD_PAIR.match(target):
+        return StoreTarget("postgres", url=target)
+    raise ConfigurationError(
+        f"cannot open a store at {redact(target)!r}: it holds '=' like a Postgres key/value "
+        f"string ('host=... dbname=...') but does not start with one; accepted: "
+        f"{ACCEPTED_TARGETS} (for a file of that name: ./{redact(target)})"
+    )
+
+
+def _expanded(path: str) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded."""
+    if "\x00" in path:
+        raise ConfigurationError(f"cannot open a store at {path!r}: a file path has no NUL")
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as exc:  # ~user for a user this system does not know
+        raise ConfigurationError(f"cannot open a store at {path!r}: {exc}") from None
+
+
 def _file_target(path: str) -> StoreTarget:
     if not path:
         raise ConfigurationError(f"the store target has no path; accepted: {ACCEPTED_TARGETS}")
-    resolved = Path(path).expanduser()
+    resolved = _expanded(path)
     return StoreTarget("json" if resolved.suffix.lower() == ".json" else "sqlite", resolved)
 
 
@@ -109,7 +148,7 @@ def _file_url(backend: str) -> Callable[[str, str], StoreTarget]:
             raise ConfigurationError(
                 f"{target!r} has no path; use {backend}:///absolute/path or {backend}:relative/path"
             )
-        return StoreTarget(backend, Path(rest).expanduser())
+        return StoreTarget(backend, _expanded(rest))
 
     return parse
 
@@ -131,19 +170,6 @@ def _server(backend: str) -> Callable[[str, str], StoreTarget]:
     return parse
 
 
-def _coming(name: str, extra: str) -> Callable[[str, str], StoreTarget]:
-    """A backend this version does not have yet: say which extra brings it."""
-
-    def parse(target: str, rest: str) -> StoreTarget:
-        raise ConfigurationError(
-            f"cannot open {redact_target(target)!r}: the {name} store is not in this version of "
-            f"Zerda; it arrives with the {extra!r} extra (pip install 'zerda-memory[{extra}]'). "
-            f"Accepted now: {ACCEPTED_TARGETS}"
-        )
-
-    return parse
-
-
 # A new backend is one entry here (how its targets parse) and one in _OPENERS (how it opens).
 _SCHEMES: dict[str, Callable[[str, str], StoreTarget]] = {
     "sqlite": _file_url("sqlite"),
@@ -151,6 +177,8 @@ _SCHEMES: dict[str, Callable[[str, str], StoreTarget]] = {
     "memory": _memory,
     "redis": _server("redis"),
     "rediss": _server("redis"),
+    "redis+cluster": _server("redis"),
+    "rediss+cluster": _server("redis"),
     "postgresql": _server("postgres"),
     "postgres": _server("postgres"),
 }
@@ -189,7 +217,7 @@ def _open_postgres(target: StoreTarget, options: dict[str, Any]) -> Store:
     try:
         from zerda.stores._postgres import open_postgres_url
     except ImportError as exc:
-        raise ConfigurationError(f"cannot open {redact_target(target.url or '')!r}: {exc}") from exc
+        raise ConfigurationError(f"cannot open {redact(target.url or '')!r}: {exc}") from exc
 
     assert target.url is not None
     return open_postgres_url(target.url, **options)
@@ -202,18 +230,3 @@ _OPENERS: dict[str, Callable[[StoreTarget, dict[str, Any]], Store]] = {
     "redis": _open_redis,
     "postgres": _open_postgres,
 }
-
-
-def redact_target(target: str) -> str:
-    """``target`` with any password in it replaced, for error messages."""
-    try:
-        parts = urlsplit(target)
-    except ValueError:
-        return target
-    if parts.password is None:
-        return target
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    netloc = f"{parts.username or ''}:***@{host}"
-    return urlunsplit(parts._replace(netloc=netloc))
