@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -206,6 +207,7 @@ def test_import_one_conversation_a_line(cli: Zerda, sqlite: SQLiteStore) -> None
         "form": "conversations",
         "conversations": 2,
         "messages": 4,
+        "stored": 4,
         "turns": 2,
         "session_messages": 4,
         "session_turns": 2,
@@ -520,7 +522,9 @@ def test_export_full_keeps_times_and_metadata_and_imports_back(
     assert [Message.from_dict(json.loads(line)) for line in full.splitlines()] == tagged
     (cli.tmp / "fr.jsonl").write_text(full, encoding="utf-8")
     cli("import", "fr.jsonl", "--session", "fr-copy").succeeded()
-    assert sqlite.history("fr-copy") == tagged
+    copied = sqlite.history("fr-copy")
+    assert [dataclasses.replace(m, id=None) for m in copied] == tagged
+    assert all(m.id is not None for m in copied), "an import gives ids"
 
 
 @needs_sqlite
@@ -806,3 +810,50 @@ def test_open_store_refuses_what_it_cannot_open(target: str, expected: str) -> N
 def test_open_store_refuses_a_non_path() -> None:
     with pytest.raises(ConfigurationError, match="a path or a URL"):
         open_store(42)  # type: ignore[arg-type]
+
+
+# -- ids: in-process runs of main() ------------------------------------------------------------
+
+
+def test_import_gives_ids_and_a_full_export_imports_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zerda.cli import main
+
+    db, full = str(tmp_path / "z.sqlite3"), tmp_path / "full.jsonl"
+    assert main(["--db", db, "import", str(EXAMPLE), "--session", "a"]) == 0
+    with SQLiteStore(db) as store:
+        ids = [m.id for m in store.history("a")]
+    assert None not in ids, "import stamps an id on each message"
+    assert len(set(ids)) == len(ids) == 20
+    assert main(["--db", db, "export", "a", "--full", "-o", str(full)]) == 0
+    assert [json.loads(line)["id"] for line in full.read_text().splitlines()] == ids
+    capsys.readouterr()
+    assert main(["--db", db, "import", str(full), "--session", "a"]) == 0
+    out = capsys.readouterr().out
+    assert "Imported 0 of 20 messages" in out
+    assert "20 had an id the session holds already" in out
+    assert main(["--db", db, "--json", "import", str(full), "--session", "b"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["messages"], report["stored"], report["session_messages"]) == (20, 20, 20)
+    with SQLiteStore(db) as store:
+        assert [m.id for m in store.history("a")] == ids, "nothing stored twice"
+
+
+def test_a_file_naming_one_id_twice_is_refused_with_both_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zerda.cli import main
+
+    path = write_jsonl(
+        tmp_path / "dup.jsonl",
+        [
+            {"role": "user", "content": "a", "id": "m1"},
+            {"role": "assistant", "content": "b", "id": "m2"},
+            {"role": "user", "content": "c", "id": "m1"},
+        ],
+    )
+    assert main(["--db", str(tmp_path / "z.sqlite3"), "import", str(path), "--session", "s"]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:3: message id 'm1' is on line 1 already" in err
+    assert not (tmp_path / "z.sqlite3").exists()

@@ -24,7 +24,7 @@ from zerda.memory import (
     ConversationBufferWindowMemory,
     ConversationTokenBufferMemory,
 )
-from zerda.messages import Message, Role, group_turns
+from zerda.messages import Message, Role, group_turns, stamp_batch
 from zerda.stores._base import SessionInfo, Store, Tail, redact
 from zerda.stores._open import StoreTarget, open_store, parse_target
 from zerda.tokens import ApproxCounter, TiktokenCounter, TokenCounter, default_token_counter
@@ -484,10 +484,11 @@ def _parse(ctx: Context, data: bytes, name: str, done: str) -> Parsed:
 def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
     data, name = _read_input(args.file)
     parsed = _parse(ctx, data, name, "imported")
-    now = time.time()
-    batch = [m if m.created_at is not None else m.with_created_at(now) for m in parsed.messages]
+    # Stamped as memories stamp them: every message stored has a time and an id. Messages that
+    # come with ids (an export --full) and are in the session already are skipped.
+    batch = stamp_batch(parsed.messages, time.time())
     with _writing(ctx) as store:
-        store.append(args.session, batch)
+        stored = store.append(args.session, batch)
         after = store.tail(args.session, 0)
     turns = len(group_turns(batch))
     if ctx.json:
@@ -499,6 +500,7 @@ def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
                 "form": parsed.form,
                 "conversations": parsed.conversations,
                 "messages": len(batch),
+                "stored": stored,
                 "turns": turns,
                 "session_messages": after.total_messages,
                 "session_turns": after.total_turns,
@@ -509,10 +511,14 @@ def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
     form = FORM_NAMES[parsed.form]
     if parsed.form == "conversations":
         form = f"{plural(parsed.conversations, 'conversation')}, {form}"
+    skipped = len(batch) - stored
+    what = f"{plural(len(batch), 'message')} ({plural(turns, 'turn')})"
+    if skipped:  # messages with ids (an export --full) the session holds: stored once
+        what = f"{stored} of {what}"
+    held = f"; {skipped} had an id the session holds already" if skipped else ""
     print(
-        f"Imported {plural(len(batch), 'message')} ({plural(turns, 'turn')}) from {name} "
-        f"({form}) into session {args.session}, which now holds "
-        f"{plural(after.total_messages, 'message')} in {plural(after.total_turns, 'turn')}.",
+        f"Imported {what} from {name} ({form}) into session {args.session}, which now holds "
+        f"{plural(after.total_messages, 'message')} in {plural(after.total_turns, 'turn')}{held}.",
         file=ctx.out,
     )
     return 0

@@ -56,6 +56,7 @@ def parse_jsonl(data: bytes, name: str) -> Parsed:
     """
     parsed = Parsed()
     first_line = 0
+    seen: dict[str, int] = {}  # message id -> the line it is on
     for number, raw in enumerate(data.split(b"\n"), 1):
         if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]  # a byte order mark, as some Windows editors write
@@ -72,6 +73,12 @@ def parse_jsonl(data: bytes, name: str) -> Parsed:
                 parsed.conversations += 1
             else:
                 messages = [_message(value, first_line)]
+            for m in messages:
+                if m.id is not None and seen.setdefault(m.id, number) != number:
+                    raise InvalidMessageError(
+                        f"message id {m.id!r} is on line {seen[m.id]} already; an id names "
+                        "one message"
+                    )
             parsed.messages.extend(messages)
             parsed.lines.extend([number] * len(messages))
         except InvalidMessageError as exc:

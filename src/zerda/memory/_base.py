@@ -33,7 +33,7 @@ __all__ = ["BaseMemory", "MessageLike"]
 
 MessageLike = Message | Mapping[str, Any]
 """What the message-level API accepts: a :class:`Message` or a dict in OpenAI format (which may
-also carry ``metadata`` and ``created_at``)."""
+also carry ``metadata``, ``created_at`` and ``id``)."""
 
 # Marks a message recorded by ``save_context`` from a missing key or a ``None`` value, so that
 # the turn dict gives ``None`` back (the message itself holds ``""``).
