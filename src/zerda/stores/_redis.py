@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
@@ -59,6 +60,9 @@ writers' clock, as in every store); the keys' own expiry, set at each write, onl
 memory of sessions nobody purges, so it must never come first, even with clocks a little apart."""
 
 DEFAULT_TIMEOUT = 5.0
+# How much longer than its timeout an async call may take before it is cancelled: the socket
+# timeouts come first when only one wait was long.
+_GRACE = 0.25
 
 # Decoded entries and log elements kept per store, by stored bytes: tails overlap from one read
 # to the next, and decoding costs more than the read.
@@ -721,6 +725,7 @@ class _RedisBase:
             module.RedisError,
             module.exceptions.RedisClusterException,
             OSError,
+            asyncio.TimeoutError,  # an async call past its deadline (not an OSError on 3.10)
         )
         self._response_error: type[Exception] = module.ResponseError
         self._no_script: type[Exception] = module.exceptions.NoScriptError
@@ -1444,9 +1449,20 @@ class AsyncRedisStore(_RedisBase, AsyncClosingStore):
                 except StopIteration as stop:
                     result: _T = stop.value
                     return result
-                reply = await self._do(op)
+                reply = await self._bounded(op)
         except self._errors as exc:
             raise self._error(exc, doing) from exc
+
+    async def _bounded(self, op: _Op) -> Any:
+        """``op``, given up ``timeout`` (+ a grace) after it started: a new connection's
+        handshake and the command each wait up to ``timeout`` on the socket, and together they
+        must not. Cancelled mid-read, redis-py drops the connection."""
+        if not self._owns_client:
+            return await self._do(op)  # a client of yours: its own timeouts
+        if sys.version_info >= (3, 11):  # a deadline on this task, no task of its own
+            async with asyncio.timeout(self.timeout + _GRACE):
+                return await self._do(op)
+        return await asyncio.wait_for(self._do(op), self.timeout + _GRACE)
 
     async def _do(self, op: _Op) -> Any:
         client: Any = self.client  # redis-py leaves execute_command untyped
