@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import gzip
+import io
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import wave
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +23,28 @@ from pathlib import Path
 import pytest
 
 import zerda
-from zerda import ApproxCounter, ConfigurationError, Message, group_turns, to_openai
-from zerda.memory import ConversationBufferWindowMemory, ConversationTokenBufferMemory
+from _validators import (
+    validate_anthropic,
+    validate_gemini,
+    validate_openai_chat,
+    validate_responses,
+)
+from zerda import (
+    ApproxCounter,
+    ConfigurationError,
+    Message,
+    Role,
+    ToolCall,
+    formats,
+    group_turns,
+    to_openai,
+)
+from zerda.memory import (
+    ConversationBufferMemory,
+    ConversationBufferWindowMemory,
+    ConversationTokenBufferMemory,
+)
+from zerda.parts import AudioPart, FilePart, ImagePart, Part, ReasoningPart, TextPart
 from zerda.stores import InMemoryStore, JSONFileStore, SQLiteStore, open_store
 from zerda.stores._open import parse_target
 
@@ -406,7 +431,7 @@ def test_show_context_k_is_what_the_window_memory_gives(
 
 @needs_sqlite
 @pytest.mark.parametrize(
-    ("limit", "reserve"), [(300, 0), (400, 100), (100, 0), (100_000, 0), (260, 10)]
+    ("limit", "reserve"), [(300, 0), (400, 100), (150, 0), (100_000, 0), (260, 10)]
 )
 def test_show_context_token_limit_is_what_the_token_memory_gives(
     cli: Zerda, sqlite: SQLiteStore, limit: int, reserve: int
@@ -433,8 +458,50 @@ def test_show_context_token_limit_is_what_the_token_memory_gives(
     assert f"Context tokens: {stats['context_tokens']} / {limit - reserve} (" in human
     assert f"{stats['turns_evicted']} evicted" in human
     assert ("Budget: " in human) == bool(reserve)
+    assert context["truncated_tokens"] == stats["truncated_tokens"]
+    assert stats["truncated"] is (limit == 150)  # the newest turn alone is over 150
     if stats["truncated"]:
-        assert "only its newest messages fit" in human
+        assert "its longest texts cut to fit" in human
+        assert f"{stats['truncated_tokens']:,} tokens cut" in human
+
+
+FORMATS = {
+    "openai": (formats.to_openai, validate_openai_chat),
+    "responses": (formats.to_responses, validate_responses),
+    "anthropic": (formats.to_anthropic, validate_anthropic),
+    "gemini": (formats.to_gemini, validate_gemini),
+}
+
+
+@needs_sqlite
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_show_format_prints_the_request_a_provider_takes(
+    cli: Zerda, sqlite: SQLiteStore, name: str
+) -> None:
+    cli.imported()
+    # A stored defect: a result whose call never existed. Shown repaired, never sent.
+    sqlite.append("demo", [Message(Role.TOOL, "stray", tool_call_id="ghost")])
+    convert, validate = FORMATS[name]
+    memory = ConversationTokenBufferMemory(
+        max_token_limit=300, token_counter=ApproxCounter(), store=sqlite, session_id="demo"
+    )
+    context = cli("show", "demo", "--context", "--token-limit", "300", "--format", name)
+    request = context.succeeded().json
+    validate(request)  # type: ignore[arg-type]
+    assert request == convert(memory.get_context())
+    everything = cli("show", "demo", "--format", name).succeeded().json
+    validate(everything)  # type: ignore[arg-type]
+    buffer = ConversationBufferMemory(store=sqlite, session_id="demo")
+    assert everything == convert(buffer.get_context())
+    assert "stray" not in json.dumps(everything)
+    assert everything != request  # the whole session is more than 300 tokens of it
+    # --json changes nothing: the request is JSON already.
+    assert cli("--json", "show", "demo", "--format", name).succeeded().json == everything
+
+
+def test_show_format_refuses_an_unknown_format(cli: Zerda) -> None:
+    cli.imported()
+    cli("show", "demo", "--format", "xml").failed(2, "invalid choice: 'xml'")
 
 
 @needs_sqlite
@@ -857,3 +924,177 @@ def test_a_file_naming_one_id_twice_is_refused_with_both_lines(
     err = capsys.readouterr().err
     assert f"{path}:3: message id 'm1' is on line 1 already" in err
     assert not (tmp_path / "z.sqlite3").exists()
+
+
+# -- content parts and the developer role ----------------------------------------------------
+
+
+def png(width: int, height: int) -> bytes:
+    """A real PNG of ``width`` x ``height`` black pixels (grey, 1 bit: small at any size)."""
+    row = b"\x00" + bytes((width + 7) // 8)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    pixels = zlib.compress(row * height)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
+
+
+def wav(seconds: float, rate: int = 8000) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(1)
+        w.setframerate(rate)
+        w.writeframes(b"\x80" * int(seconds * rate))
+    return out.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+IMAGE = b64(png(1024, 768))
+AUDIO = b64(wav(3.2))
+PDF = b64(b"%PDF-1.4\n" + bytes(120 * 1024))
+MIXED = [
+    Message(Role.DEVELOPER, "Answer in French.", created_at=1.7e9, id="m0"),
+    Message(
+        Role.USER,
+        (
+            TextPart("What is on this receipt?"),
+            ImagePart(f"data:image/png;base64,{IMAGE}", detail="high"),
+            ImagePart("https://example.com/cat.jpg", detail="low"),
+            ImagePart(None, file_id="file-img"),
+            AudioPart(AUDIO, "wav"),
+            FilePart(f"data:application/pdf;base64,{PDF}", filename="receipt.pdf"),
+            FilePart(None, url="https://example.com/terms.pdf"),
+        ),
+        metadata={"source": "app"},
+        created_at=1.7e9 + 1,
+        id="m1",
+    ),
+    Message(
+        Role.ASSISTANT,
+        (
+            ReasoningPart(
+                "The total is printed at the bottom, in euros.",
+                signature="EqQBCkgIARABGAIiQL",
+                extra={"anthropic": {"cache_control": {"type": "ephemeral"}}},
+            ),
+            ReasoningPart("", encrypted="gAAAAABn"),
+            TextPart("Le total est de 12,40 €."),
+        ),
+        tool_calls=(
+            ToolCall(
+                id="c1", name="save", arguments="{}", extra={"gemini": {"thoughtSignature": "x"}}
+            ),
+        ),
+        created_at=1.7e9 + 2,
+        id="m2",
+    ),
+    Message(Role.TOOL, "saved", tool_call_id="c1", created_at=1.7e9 + 3, id="m3"),
+]
+
+
+def test_show_renders_parts_on_one_line_and_never_their_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zerda.cli import main
+
+    monkeypatch.setenv("COLUMNS", "400")
+    db = str(tmp_path / "z.sqlite3")
+    with SQLiteStore(db) as store:
+        store.append("mixed", MIXED)
+    assert main(["--db", db, "show", "mixed"]) == 0
+    out = capsys.readouterr().out
+    assert "Developer messages (pinned, sent first)" in out
+    assert re.search(r"^  developer\s+\d+  Answer in French\.$", out, re.M)
+    user = next(line for line in out.splitlines() if line.startswith("  user"))
+    assert user.endswith(
+        "What is on this receipt? [image png 1024x768 high] "
+        "[image https://example.com/cat.jpg low] [image file-img] [audio wav 3.2 s] "
+        "[file receipt.pdf 120 KiB] [file https://example.com/terms.pdf]"
+    )
+    reply = next(line for line in out.splitlines() if line.startswith("  assistant"))
+    assert reply.endswith(
+        "[reasoning: The total is printed at the bottom, i...] [reasoning: encrypted] "
+        "Le total est de 12,40 €. -> save({})"
+    )
+    for data in (IMAGE, AUDIO, PDF):
+        assert data[:40] not in out
+
+
+@pytest.mark.parametrize(
+    ("part", "shown"),
+    [
+        (
+            ImagePart("data:image/gif;base64," + b64(b"GIF89a\x20\x03\x58\x02" + bytes(8))),
+            "[image gif 800x600]",
+        ),
+        (ImagePart("data:image/jpeg;base64,AAAA"), "[image jpeg 3 B]"),
+        (ImagePart("data:image/png;name=a.png;base64,iVBORw0KGgo="), "[image image/png 8 B]"),
+        (AudioPart(b64(bytes(48 * 1024)), "mp3"), "[audio mp3 48 KiB]"),
+        (AudioPart(b64(wav(42)), "wav"), "[audio wav 42 s]"),
+        (FilePart(None, file_id="file-abc"), "[file file-abc]"),
+        (FilePart("data:text/plain;base64,aGk=", media_type="text/plain"), "[file text/plain 2 B]"),
+        (ReasoningPart("", signature="sig"), "[reasoning]"),
+        (ReasoningPart("line one\nline two"), "[reasoning: line one line two]"),
+        (TextPart("two\nlines"), "two lines"),
+    ],
+)
+def test_each_part_is_described_briefly(part: Part, shown: str) -> None:
+    from zerda.cli._render import describe
+
+    assert describe(part) == shown
+
+
+def test_parts_and_the_developer_role_survive_export_full_and_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zerda.cli import main
+
+    db, full = str(tmp_path / "z.sqlite3"), tmp_path / "full.jsonl"
+    with SQLiteStore(db) as store:
+        store.append("mixed", MIXED)
+    assert main(["--db", db, "export", "mixed", "--full", "-o", str(full)]) == 0
+    assert [Message.from_dict(json.loads(line)) for line in full.read_text().splitlines()] == MIXED
+    assert main(["--db", db, "import", str(full), "--session", "copy"]) == 0
+    with SQLiteStore(db) as store:
+        assert store.history("copy") == MIXED  # exactly: parts, extras, ids and times
+    capsys.readouterr()
+    assert main(["--db", db, "export", "copy"]) == 0  # OpenAI's form: what to_openai gives
+    exported = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert exported == [m.to_openai() for m in MIXED]
+    assert exported[0] == {"role": "developer", "content": "Answer in French."}
+    assert [p["type"] for p in exported[1]["content"]] == [
+        "text",
+        "image_url",
+        "image_url",
+        "input_audio",
+        "file",
+    ]
+
+
+def test_show_json_and_the_context_keep_parts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zerda.cli import main
+
+    db = str(tmp_path / "z.sqlite3")
+    with SQLiteStore(db) as store:
+        store.append("mixed", MIXED)
+    assert main(["--db", db, "--json", "show", "mixed", "--k", "1"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [Message.from_dict(r["message"]) for r in shown["system"]] == MIXED[:1]
+    rows = [r for t in shown["turns"] for r in t["messages"]]
+    assert [Message.from_dict(r["message"]) for r in rows] == MIXED[1:]
+    assert shown["context"]["messages"] == [m.to_openai() for m in MIXED]
+    assert shown["context"]["turns_in_context"] == 1
+    assert main(["--db", db, "--json", "stats", "mixed"]) == 0
+    by_role = json.loads(capsys.readouterr().out)["tokens_by_role"]
+    assert by_role["developer"]["messages"] == 1

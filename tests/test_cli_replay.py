@@ -3,6 +3,7 @@ what each memory must send that is written here, from the documentation."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -19,12 +20,12 @@ from typing import Any
 import pytest
 import tiktoken
 
-from _conversations import scan_turns
+from _conversations import scan_turns, sendable
 from _token_checks import expect
 from zerda import ApproxCounter, ConfigurationError, Message, TiktokenCounter
 from zerda.cli import _commands, _replay, main
 from zerda.cli._jsonl import parse_jsonl
-from zerda.messages import Role
+from zerda.messages import PINNED, Role
 from zerda.tokens import TokenCounter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,17 +71,17 @@ def dialogs() -> list[list[dict[str, Any]]]:
 
 def cut(messages: Sequence[Message]) -> list[int]:
     """Where each turn ends in ``messages`` (the documented rule: a turn opens at each user
-    message, or at the first message that is not a system message)."""
+    message, or at the first message that is not pinned: a system or developer message)."""
     opens = []
     for i, m in enumerate(messages):
-        if m.role is Role.USER or (not opens and m.role is not Role.SYSTEM):
+        if m.role is Role.USER or (not opens and m.role not in PINNED):
             opens.append(i)
     return [*opens[1:], len(messages)]
 
 
 @dataclass
 class Expected:
-    context_tokens: list[int]
+    context_tokens: list[int]  # a None where the newest turn was cut (not predicted)
     full_tokens: list[int]
     context_messages: list[int]
     in_context: list[int]
@@ -106,13 +107,13 @@ def expected_window(conversations: Sequence[Sequence[Message]], k: int) -> Expec
     for messages in conversations:
         for end in cut(messages):
             prefix = list(messages[:end])
-            systems = [m for m in prefix if m.role is Role.SYSTEM]
+            systems = [m for m in prefix if m.role in PINNED]
             kept = scan_turns(prefix)[-k:]
-            context = [*systems, *(m for t in kept for m in t)]
+            context = [*systems, *sendable([m for t in kept for m in t])]  # no greeting
             exp.context_tokens.append(APPROX.count_messages(context))
             exp.full_tokens.append(APPROX.count_messages(prefix))
             exp.context_messages.append(len(context))
-            exp.in_context.append(len(kept))
+            exp.in_context.append(sum(1 for t in kept if t[0].role is Role.USER))
             exp.truncated.append(False)
     return exp
 
@@ -125,10 +126,15 @@ def expected_token(
         for end in cut(messages):
             prefix = list(messages[:end])
             model = expect(prefix, counter, budget, "truncate")
-            assert model.context is not None
-            exp.context_tokens.append(counter.count_messages(model.context))
             exp.full_tokens.append(counter.count_messages(prefix))
-            exp.context_messages.append(len(model.context))
+            if model.truncated:  # the newest turn, its texts cut: not predicted to the token
+                exp.context_tokens.append(None)
+                pinned = sum(1 for m in prefix if m.role in PINNED)
+                exp.context_messages.append(pinned + len(model.shortened))
+            else:
+                assert model.context is not None
+                exp.context_tokens.append(counter.count_messages(model.context))
+                exp.context_messages.append(len(model.context))
             exp.in_context.append(model.turns_in_context)
             exp.truncated.append(model.truncated)
     return exp
@@ -388,6 +394,49 @@ def test_a_conversation_without_turns_adds_no_row(tmp_path: Path, zerda: Any) ->
     zerda("replay", only, "--k", "1").failed(1, f"{only} holds no turns")
 
 
+def test_logs_with_parts_and_developer_messages_replay(zerda: Any, tmp_path: Path) -> None:
+    png = "data:image/png;base64," + base64.b64encode(PNG_SIGNATURE + bytes(64)).decode()
+    conversation = [
+        {"role": "developer", "content": "Answer in French."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": png, "detail": "low"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "reasoning", "text": "A blank picture.", "signature": "EqQB"},
+                {"type": "text", "text": "Une image vide."},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+                {
+                    "type": "file",
+                    "file": {
+                        "file_data": "data:application/pdf;base64,JVBERi0=",
+                        "filename": "a.pdf",
+                    },
+                },
+            ],
+        },
+        {"role": "assistant", "content": "Merci."},
+    ]
+    path = write_jsonl(tmp_path / "parts.jsonl", conversation)
+    run = zerda("replay", path, "--k", "1", "--json").ok()
+    rows = run.json["runs"][0]["turns"]
+    exp = expected_window(parsed_messages([conversation]), 1)
+    assert [r["context_tokens"] for r in rows] == exp.context_tokens
+    assert [r["context_messages"] for r in rows] == exp.context_messages == [3, 3]
+    assert [r["full_history_tokens"] for r in rows] == exp.full_tokens
+    assert zerda("replay", path, "--token-limit", "100000").ok().out.count("\n") > 5
+
+
 # -- the memories and their options ----------------------------------------------------------
 
 
@@ -430,12 +479,19 @@ def test_reserve_takes_from_the_budget(zerda: Any) -> None:
 
 
 def test_a_budget_that_cuts_the_newest_turn_counts_truncations(zerda: Any) -> None:
-    # Turn 4 of the example is over 150 tokens: only its newest messages fit.
+    # Turn 4 of the example is over 150 tokens alone: its longest texts are cut to fit.
     exp = expected_token([example()], 150)
     assert any(exp.truncated)
     run = zerda("replay", EXAMPLE, "--token-limit", "150").ok()
     rows = table_after(run.out, "turn ")
     assert [row[-1] == "yes" for row in rows] == exp.truncated
+    got = [int(r[2]) for r in rows]
+    for tokens, expected in zip(got, exp.context_tokens, strict=True):
+        if expected is None:  # cut: it fits, and only what had to go went
+            assert 150 - 10 <= tokens <= 150
+        else:
+            assert tokens == expected
+    exp.context_tokens = got
     assert summary_rows(run.out)["--token-limit 150"] == summary_cells(exp.summary)
 
 
@@ -538,7 +594,13 @@ def test_a_turn_over_the_budget_is_an_error_at_its_line(zerda: Any, tmp_path: Pa
     assert line.startswith(f"zerda: error: {EXAMPLE}:2: --token-limit 80: turn 1: ")
     assert line.endswith("try a larger --token-limit")
     convs = dialogs()
-    huge = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x" * 2000}]
+    # Tool-call arguments are never cut: this turn cannot fit 100 tokens.
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "[0]" * 500}}
+    huge = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
     path = write_jsonl(tmp_path / "d.jsonl", [{"messages": convs[2]}, {"messages": huge}])
     (line,) = zerda("replay", path, "--token-limit", "5000,100").failed(1)
     assert line.startswith(f"zerda: error: {path}:2: --token-limit 100: turn 1 of conversation 2:")

@@ -13,7 +13,7 @@ pytest.importorskip(
     "langchain_core", reason="the langchain extra (langchain-core) is not installed"
 )
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import (
@@ -25,11 +25,13 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langchain_core.messages.utils import convert_to_openai_messages
 from langchain_core.prompt_values import PromptValue
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
+from test_integrations import messages_with_parts_st
 from test_messages import messages_st
 from zerda import (
     ApproxCounter,
@@ -44,12 +46,14 @@ from zerda import (
     ZerdaError,
 )
 from zerda.integrations.langchain import (
+    ZERDA_KEY,
     ZerdaChatMessageHistory,
     from_langchain,
     from_langchain_messages,
     to_langchain,
     to_langchain_messages,
 )
+from zerda.parts import AudioPart, FilePart, ImagePart, ReasoningPart, TextPart
 from zerda.stores import AsyncSQLiteStore, InMemoryStore, SQLiteStore
 
 # RunnableWithMessageHistory is deprecated in langchain-core 1.x (in favour of LangGraph) but
@@ -73,6 +77,7 @@ TOOL_TURN = [
     [
         (Message(Role.USER, "hi", name="ann"), HumanMessage),
         (Message(Role.SYSTEM, "be brief"), SystemMessage),
+        (Message(Role.DEVELOPER, "answer in French"), SystemMessage),
         (Message(Role.ASSISTANT, "hello"), AIMessage),
         (Message(Role.TOOL, "42", tool_call_id="c1", name="calc"), ToolMessage),
     ],
@@ -135,9 +140,261 @@ def test_none_and_empty_assistant_content_stay_distinct() -> None:
         assert from_langchain(to_langchain(message)).content == content
 
 
+@settings(deadline=None)
 @given(messages_st())
 def test_any_message_round_trips(message: Message) -> None:
     assert from_langchain(to_langchain(message)) == message
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages_with_parts_st())
+def test_any_message_with_parts_round_trips(message: Message) -> None:
+    """Every part kind, extras (even ones that clash with LangChain's fields), every role;
+    and LangChain reads every block it is given."""
+    converted = to_langchain(message)
+    assert from_langchain(converted) == message
+    assert isinstance(converted.content_blocks, list)
+
+
+# -- the developer role ------------------------------------------------------------------------
+
+
+def test_a_developer_message_is_a_system_message_marked_as_langchain_openai_marks_it() -> None:
+    converted = to_langchain(Message(Role.DEVELOPER, "Answer in French."))
+    assert type(converted) is SystemMessage
+    assert converted.additional_kwargs == {"__openai_role__": "developer"}
+    # What langchain-openai reads back from a {"role": "developer"} message, and what
+    # LangChain's own OpenAI conversion sends as one:
+    assert convert_to_openai_messages([converted]) == [
+        {"role": "developer", "content": "Answer in French."}
+    ]
+    marked = SystemMessage("Be brief.", additional_kwargs={"__openai_role__": "developer"})
+    assert from_langchain(marked) == Message(Role.DEVELOPER, "Be brief.")
+    assert from_langchain(ChatMessage(content="Be brief.", role="developer")).role is Role.DEVELOPER
+    assert from_langchain(SystemMessage("Be brief.")).role is Role.SYSTEM
+
+
+# -- content parts -----------------------------------------------------------------------------
+
+PNG = "data:image/png;base64,iVBORw0KGgo="
+EVERY_PART = Message(
+    Role.USER,
+    (
+        TextPart("What is on this receipt?"),
+        ImagePart(PNG, detail="high"),
+        ImagePart("https://example.com/cat.jpg"),
+        ImagePart(None, file_id="file-img", media_type="image/png"),
+        AudioPart("UklGRg==", "wav"),
+        FilePart("data:application/pdf;base64,JVBERi0=", filename="receipt.pdf"),
+        FilePart(None, url="https://example.com/terms.pdf", media_type="application/pdf"),
+        FilePart(None, file_id="file-doc"),
+        ReasoningPart("The total is at the bottom.", signature="sig", encrypted="gAAA"),
+    ),
+)
+
+
+def test_each_part_is_a_standard_langchain_content_block() -> None:
+    converted = to_langchain(EVERY_PART)
+    assert converted.content == [
+        {"type": "text", "text": "What is on this receipt?"},
+        {
+            "type": "image",
+            "base64": "iVBORw0KGgo=",
+            "mime_type": "image/png",
+            "extras": {"detail": "high"},
+        },
+        {"type": "image", "url": "https://example.com/cat.jpg"},
+        {"type": "image", "file_id": "file-img", "mime_type": "image/png"},
+        {"type": "audio", "base64": "UklGRg==", "mime_type": "audio/wav"},
+        {
+            "type": "file",
+            "base64": "JVBERi0=",
+            "mime_type": "application/pdf",
+            "extras": {"filename": "receipt.pdf"},
+        },
+        {"type": "file", "url": "https://example.com/terms.pdf", "mime_type": "application/pdf"},
+        {"type": "file", "file_id": "file-doc"},
+        {
+            "type": "reasoning",
+            "reasoning": "The total is at the bottom.",
+            "extras": {"signature": "sig", "encrypted_content": "gAAA"},
+        },
+    ]
+    assert ZERDA_KEY not in converted.additional_kwargs  # every part comes back from its block
+    assert converted.content_blocks == converted.content  # LangChain reads them as standard
+    assert from_langchain(converted) == EVERY_PART
+
+
+def test_langchain_sends_the_blocks_as_zerda_would() -> None:
+    """LangChain's own OpenAI conversion of the blocks is Zerda's ``to_openai``."""
+    message = Message(
+        Role.USER,
+        (
+            TextPart("Compare these."),
+            ImagePart(PNG),
+            ImagePart("https://example.com/cat.jpg"),
+            AudioPart("UklGRg==", "wav"),
+            FilePart("data:application/pdf;base64,JVBERi0=", filename="receipt.pdf"),
+        ),
+    )
+    assert convert_to_openai_messages([to_langchain(message)]) == [message.to_openai()]
+
+
+def test_openai_content_parts_are_read_and_go_back_in_their_shape() -> None:
+    """LangChain users pass OpenAI's parts; an image_url keeps its shape, so its detail still
+    reaches OpenAI (LangChain's standard image block loses it: langchain-ai/langchain#36297)."""
+    original = HumanMessage(
+        [
+            "Look:",
+            {
+                "type": "image_url",
+                "image_url": {"url": "https://example.com/a.png", "detail": "low"},
+            },
+            {"type": "image_url", "image_url": PNG},
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "mp3"}},
+            {
+                "type": "file",
+                "file": {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"},
+            },
+        ]
+    )
+    converted = from_langchain(original)
+    assert [type(p) for p in converted.parts] == [
+        TextPart,
+        ImagePart,
+        ImagePart,
+        AudioPart,
+        FilePart,
+    ]
+    assert converted.to_openai()["content"] == [
+        {"type": "text", "text": "Look:"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}},
+        {"type": "image_url", "image_url": {"url": PNG}},
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "mp3"}},
+        {
+            "type": "file",
+            "file": {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"},
+        },
+    ]
+    again = to_langchain(converted).content
+    assert again[1] == original.content[1]
+    assert again[2] == {"type": "image_url", "image_url": {"url": PNG}}
+    assert convert_to_openai_messages([to_langchain(converted)]) == [converted.to_openai()]
+    assert from_langchain(to_langchain(converted)) == converted
+
+
+def test_anthropic_thinking_blocks_keep_their_signature_and_their_shape() -> None:
+    """ChatAnthropic's replies hold thinking blocks that must go back exactly as they came."""
+    reply = AIMessage(
+        [
+            {"type": "thinking", "thinking": "Check the order first.", "signature": "EqQB"},
+            {"type": "redacted_thinking", "data": "EmwKAh"},
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_1", "name": "order_status", "input": {"order": 42}},
+        ],
+        tool_calls=[{"name": "order_status", "args": {"order": 42}, "id": "toolu_1"}],
+    )
+    converted = from_langchain(reply)
+    thinking, redacted, text = converted.parts
+    assert (thinking.text, thinking.signature) == ("Check the order first.", "EqQB")  # type: ignore[union-attr]
+    assert (redacted.text, redacted.encrypted) == ("", "EmwKAh")  # type: ignore[union-attr]
+    assert text == TextPart("Let me look.")
+    assert converted.tool_calls == (
+        ToolCall(id="toolu_1", name="order_status", arguments='{"order": 42}'),
+    )
+    assert to_langchain(converted).content == reply.content[:3]
+
+
+def test_langchain_03_data_blocks_are_read_as_standard_ones() -> None:
+    converted = from_langchain(
+        HumanMessage(
+            [
+                {"type": "image", "source_type": "url", "url": "https://example.com/a.png"},
+                {
+                    "type": "image",
+                    "source_type": "base64",
+                    "data": "iVBORw0KGgo=",
+                    "mime_type": "image/png",
+                },
+                {"type": "file", "source_type": "id", "id": "file-1"},
+            ]
+        )
+    )
+    assert converted.parts == (
+        ImagePart("https://example.com/a.png"),
+        ImagePart(PNG),
+        FilePart(None, file_id="file-1"),
+    )
+
+
+def test_block_fields_zerda_does_not_model_are_kept_in_the_part() -> None:
+    block = {
+        "type": "text",
+        "text": "J'adore la programmation.",
+        "id": "lc_1",
+        "extras": {"signature": "EpoWCpc"},  # Gemini's thought signature on a text block
+    }
+    converted = from_langchain(AIMessage([block]))
+    assert converted.parts == (
+        TextPart(
+            "J'adore la programmation.",
+            extra={"langchain": {"id": "lc_1", "extras": {"signature": "EpoWCpc"}}},
+        ),
+    )
+    assert to_langchain(converted).content == [block]
+
+
+def test_what_a_block_cannot_hold_travels_in_the_bookkeeping() -> None:
+    image = ImagePart(
+        PNG, media_type="image/png", extra={"anthropic": {"cache_control": {"type": "ephemeral"}}}
+    )
+    message = Message(Role.USER, (TextPart("hi"), image))
+    converted = to_langchain(message)
+    assert converted.additional_kwargs[ZERDA_KEY] == {"parts": {"1": image.to_dict()}}
+    assert from_langchain(converted) == message
+    # Changed on LangChain's side, the block is read as it now is.
+    converted.content[1] = {"type": "image", "url": "https://example.com/b.png"}  # type: ignore[index]
+    assert from_langchain(converted).parts[1] == ImagePart("https://example.com/b.png")
+
+
+@pytest.mark.parametrize(
+    ("block", "words"),
+    [
+        (
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}},
+            "Anthropic-style image block",
+        ),
+        ({"type": "video", "url": "https://example.com/a.mp4"}, "'video' content block"),
+        ({"type": "audio", "url": "https://example.com/a.wav"}, "Zerda keeps audio as data"),
+        ({"type": "image", "base64": "iVBORw0KGgo="}, "needs its mime_type"),
+        ({"type": "tool_use", "id": "t", "name": "f", "input": {}}, "'tool_use' content block"),
+    ],
+)
+def test_blocks_zerda_cannot_keep_are_refused(block: Any, words: str) -> None:
+    with pytest.raises(InvalidMessageError, match=words) as caught:
+        from_langchain(HumanMessage(["ok", block]))
+    assert "HumanMessage content block 1" in str(caught.value)
+
+
+def test_a_history_keeps_parts_in_a_store(tmp_path: Path) -> None:
+    memory = ConversationBufferMemory(store=SQLiteStore(tmp_path / "chat.db"), session_id="s")
+    history = ZerdaChatMessageHistory(memory)
+    asked = HumanMessage(
+        [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}},
+        ]
+    )
+    answered = AIMessage(
+        [
+            {"type": "thinking", "thinking": "A tiny PNG.", "signature": "EqQB"},
+            {"type": "text", "text": "A one-pixel image."},
+        ]
+    )
+    history.add_messages([asked, answered])
+    reopened = ConversationBufferMemory(store=SQLiteStore(tmp_path / "chat.db"), session_id="s")
+    shown = ZerdaChatMessageHistory(reopened).messages
+    assert [m.content for m in shown] == [asked.content, answered.content]
 
 
 def test_langchain_messages_convert_and_keep_their_fields() -> None:
@@ -172,7 +429,7 @@ def test_langchain_messages_convert_and_keep_their_fields() -> None:
     assert again[3].status == "error"  # type: ignore[attr-defined]
 
 
-def test_text_parts_are_joined() -> None:
+def test_content_lists_are_parts_and_tool_call_blocks_are_the_calls() -> None:
     message = AIMessage(
         [
             {"type": "text", "text": "Let me "},
@@ -182,8 +439,14 @@ def test_text_parts_are_joined() -> None:
         tool_calls=[{"name": "f", "args": {}, "id": "t1", "type": "tool_call"}],
     )
     converted = from_langchain(message)
-    assert converted.content == "Let me check."
+    assert converted.content == (TextPart("Let me "), TextPart("check."))
+    assert converted.text == "Let me \ncheck."
     assert converted.tool_calls == (ToolCall(id="t1", name="f", arguments="{}"),)
+    only_calls = AIMessage(
+        [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+        tool_calls=[{"name": "f", "args": {}, "id": "t1", "type": "tool_call"}],
+    )
+    assert from_langchain(only_calls).content == ""
 
 
 def test_chat_message_with_a_known_role_converts() -> None:
@@ -195,7 +458,7 @@ def test_chat_message_with_a_known_role_converts() -> None:
     [
         (ChatMessage(content="hi", role="critic"), "role 'critic'"),
         (FunctionMessage(content="1", name="f"), "FunctionMessage"),
-        (HumanMessage([{"type": "image_url", "image_url": {"url": "x"}}]), "'image_url'"),
+        (HumanMessage([{"type": "video", "url": "x"}]), "'video' content block"),
     ],
 )
 def test_unsupported_messages_are_refused(message: BaseMessage, words: str) -> None:

@@ -14,22 +14,28 @@ pytest.importorskip(
     "llama_index.core", reason="the llamaindex extra (llama-index-core) is not installed"
 )
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import (
+    AudioBlock,
+    CacheControl,
+    CachePoint,
     ChatMessage,
     ChatResponse,
+    DocumentBlock,
     ImageBlock,
     MessageRole,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
+    VideoBlock,
 )
 from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.llms import MockFunctionCallingLLM, MockLLM
 from llama_index.core.memory import BaseMemory as LlamaBaseMemory
 from llama_index.core.tools import FunctionTool
 
+from test_integrations import messages_with_parts_st
 from test_messages import messages_st
 from zerda import (
     ApproxCounter,
@@ -52,6 +58,7 @@ from zerda.integrations.llama_index import (
     to_llama_index,
     to_llama_index_messages,
 )
+from zerda.parts import AudioPart, FilePart, ImagePart, ReasoningPart, TextPart
 from zerda.stores import AsyncSQLiteStore, SQLiteStore
 
 CALL = ToolCall(id="call_1", name="order_status", arguments='{"order": 42}')
@@ -96,6 +103,7 @@ class SpyLLM(MockLLM):
     [
         (Message(Role.USER, "hi"), MessageRole.USER),
         (Message(Role.SYSTEM, "be brief"), MessageRole.SYSTEM),
+        (Message(Role.DEVELOPER, "answer in French"), MessageRole.DEVELOPER),
         (Message(Role.ASSISTANT, "hello"), MessageRole.ASSISTANT),
         (Message(Role.TOOL, "42", tool_call_id="c1", name="calc"), MessageRole.TOOL),
     ],
@@ -155,9 +163,152 @@ def test_none_and_empty_assistant_content_stay_distinct() -> None:
     assert from_llama_index(to_llama_index(empty)).content == ""
 
 
+@settings(deadline=None)
 @given(messages_st())
 def test_any_message_round_trips(message: Message) -> None:
     assert from_llama_index(to_llama_index(message)) == message
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages_with_parts_st())
+def test_any_message_with_parts_round_trips(message: Message) -> None:
+    """Every part kind, extras (even ones that clash with LlamaIndex's fields), every role;
+    and what ``get()`` sends a model reads back."""
+    assert from_llama_index(to_llama_index(message)) == message
+    sent = from_llama_index(to_llama_index(message, lossless=False))
+    assert (sent.role, sent.tool_call_id) == (message.role, message.tool_call_id)
+
+
+# -- content parts -----------------------------------------------------------------------------
+
+PNG = "data:image/png;base64,iVBORw0KGgo="
+EVERY_PART = Message(
+    Role.USER,
+    (
+        TextPart("What is on this receipt?"),
+        ImagePart(PNG, detail="high"),
+        ImagePart("https://example.com/cat.jpg", detail="low"),
+        AudioPart("UklGRg==", "wav"),
+        FilePart("data:application/pdf;base64,JVBERi0=", filename="receipt.pdf"),
+        FilePart(None, url="https://example.com/terms.pdf"),
+        ReasoningPart("The total is at the bottom.", signature="sig", encrypted="gAAA"),
+    ),
+)
+
+
+def test_each_part_is_its_llama_index_block() -> None:
+    converted = to_llama_index(EVERY_PART)
+    assert converted.blocks == [
+        TextBlock(text="What is on this receipt?"),
+        ImageBlock(image=b"iVBORw0KGgo=", image_mimetype="image/png", detail="high"),
+        ImageBlock(url="https://example.com/cat.jpg", detail="low"),
+        AudioBlock(audio=b"UklGRg==", format="wav"),
+        DocumentBlock(data=b"JVBERi0=", document_mimetype="application/pdf", title="receipt.pdf"),
+        DocumentBlock(url="https://example.com/terms.pdf"),
+        ThinkingBlock(
+            content="The total is at the bottom.",
+            additional_information={"signature": "sig", "encrypted_content": "gAAA"},
+        ),
+    ]
+    assert ZERDA_KEY not in converted.additional_kwargs  # every part comes back from its block
+    assert from_llama_index(converted) == EVERY_PART
+    image = converted.blocks[1]
+    assert isinstance(image, ImageBlock)
+    assert image.inline_url() == PNG  # what LlamaIndex's LLMs send
+
+
+def test_blocks_from_llama_index_become_parts(tmp_path: Path) -> None:
+    picture = tmp_path / "receipt.png"
+    picture.write_bytes(b"\x89PNG\r\n\x1a\n")
+    message = ChatMessage(
+        role="user",
+        blocks=[
+            TextBlock(text="Read these."),
+            ImageBlock(image=b"\x89PNG\r\n\x1a\n"),  # raw bytes: LlamaIndex keeps them as base64
+            ImageBlock(path=picture, detail="auto"),
+            DocumentBlock(url="https://example.com/terms.pdf", title="terms.pdf"),
+            ThinkingBlock(
+                content="Two receipts.", num_tokens=3, additional_information={"signature": "s1"}
+            ),
+        ],
+    )
+    converted = from_llama_index(message)
+    assert converted.parts == (
+        TextPart("Read these."),
+        ImagePart(PNG),
+        ImagePart(PNG, detail="auto", extra={"llama_index": {"path": str(picture)}}),
+        FilePart(None, url="https://example.com/terms.pdf", filename="terms.pdf"),
+        ReasoningPart("Two receipts.", signature="s1", extra={"llama_index": {"num_tokens": 3}}),
+    )
+    again = to_llama_index(converted, lossless=False)
+    assert again.blocks[2] == ImageBlock(
+        image=b"iVBORw0KGgo=", path=picture, image_mimetype="image/png", detail="auto"
+    )
+    assert again.blocks[4] == message.blocks[4]
+
+
+def test_get_sends_only_what_a_model_can_take_and_no_bookkeeping() -> None:
+    message = Message(
+        Role.USER,
+        (
+            TextPart("Compare"),
+            ImagePart(None, file_id="file-img"),  # a provider's file id: no LlamaIndex field
+            FilePart(None, file_id="file-doc"),
+            ImagePart("https://example.com/a.png"),
+        ),
+    )
+    kept = to_llama_index(message)
+    assert len(kept.blocks) == 4
+    assert set(kept.additional_kwargs[ZERDA_KEY]["parts"]) == {"1", "2"}
+    assert from_llama_index(kept) == message
+    sent = to_llama_index(message, lossless=False)
+    assert sent.blocks == [TextBlock(text="Compare"), ImageBlock(url="https://example.com/a.png")]
+    assert sent.additional_kwargs == {}
+
+
+def test_text_parts_stay_parts() -> None:
+    message = Message(Role.USER, (TextPart("one"), TextPart("two")))
+    converted = to_llama_index(message)
+    assert converted.content == "one\ntwo"
+    assert from_llama_index(converted) == message
+    # Without the bookkeeping (a model's message), text blocks are text, as they always were.
+    assert from_llama_index(to_llama_index(message, lossless=False)).content == "one\ntwo"
+
+
+@pytest.mark.parametrize(
+    ("block", "words"),
+    [
+        (VideoBlock(url="https://example.com/a.mp4"), "VideoBlock"),
+        (CachePoint(cache_control=CacheControl(type="ephemeral")), "CachePoint"),
+        (AudioBlock(url="https://example.com/a.wav"), "Zerda keeps audio as data"),
+        (ImageBlock(), "needs an image, a url or a path"),
+    ],
+)
+def test_blocks_zerda_cannot_keep_are_refused(block: Any, words: str) -> None:
+    with pytest.raises(InvalidMessageError, match=words) as caught:
+        from_llama_index(ChatMessage(role="user", blocks=[TextBlock(text="ok"), block]))
+    assert "block 1" in str(caught.value)
+
+
+def test_a_memory_keeps_parts_in_a_store(tmp_path: Path) -> None:
+    memory = ZerdaMemory(
+        memory=ConversationBufferMemory(store=SQLiteStore(tmp_path / "chat.db"), session_id="s")
+    )
+    asked = ChatMessage(
+        role="user",
+        blocks=[TextBlock(text="What is this?"), ImageBlock(image=b"iVBORw0KGgo=", detail="low")],
+    )
+    answered = ChatMessage(
+        role="assistant",
+        blocks=[
+            ThinkingBlock(content="A tiny PNG.", additional_information={"signature": "EqQB"}),
+            TextBlock(text="A one-pixel image."),
+        ],
+    )
+    memory.put_messages([asked, answered])
+    reopened = ConversationBufferMemory(store=SQLiteStore(tmp_path / "chat.db"), session_id="s")
+    shown = ZerdaMemory(memory=reopened).get()
+    assert [m.blocks for m in shown] == [asked.blocks, answered.blocks]
 
 
 def test_messages_as_llama_index_agents_write_them_convert() -> None:
@@ -198,15 +349,17 @@ def test_llama_index_fields_zerda_has_no_place_for_are_kept() -> None:
         additional_kwargs={"trace": "abc"},
     )
     converted = from_llama_index(message)
-    assert converted.role is Role.SYSTEM
-    assert converted.content == "one\ntwo"  # as ChatMessage.content joins text blocks
-    kept = converted.metadata["llama_index"]
-    assert kept["role"] == "developer"
-    assert kept["additional_kwargs"] == {"trace": "abc"}
+    assert converted.role is Role.DEVELOPER
+    assert converted.parts == (
+        ReasoningPart("first, check the order"),
+        TextPart("one"),
+        TextPart("two"),
+    )
+    assert converted.metadata["llama_index"] == {"additional_kwargs": {"trace": "abc"}}
     back = to_llama_index(converted)
     assert back.role is MessageRole.DEVELOPER
     assert back.additional_kwargs["trace"] == "abc"
-    assert back.blocks[0] == thinking
+    assert back.blocks == message.blocks
     assert back.content == "one\ntwo"
 
 
@@ -219,10 +372,7 @@ def test_llama_index_fields_zerda_has_no_place_for_are_kept() -> None:
             ChatMessage(role="assistant", blocks=[ToolCallBlock(tool_name="f", tool_kwargs={})]),
             "no tool_call_id",
         ),
-        (
-            ChatMessage(role="user", blocks=[ImageBlock(url="https://example.invalid/a.png")]),
-            "ImageBlock",
-        ),
+        (ChatMessage(role="user", blocks=[VideoBlock(url="https://x.invalid/a.mp4")]), "Video"),
     ],
 )
 def test_unsupported_messages_are_refused(message: ChatMessage, words: str) -> None:

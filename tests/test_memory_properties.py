@@ -8,7 +8,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _conversations import scan_turns
+from _conversations import scan_turns, sendable
 from zerda.memory import ConversationBufferMemory, ConversationBufferWindowMemory
 from zerda.messages import Message, Role, ToolCall, group_turns
 from zerda.policies import last_turns
@@ -70,33 +70,34 @@ def check_window(memory: ConversationBufferWindowMemory, stored: list[Message], 
     systems = [m for m in stored if m.role is Role.SYSTEM]
     context = memory.get_context()
 
-    # The window is exactly the last k turns of the whole conversation.
+    # The window is the last k turns of the whole conversation, as a provider takes them: a
+    # call without its result yet is left out, and a greeting before the first user message.
     assert [list(t.messages) for t in group_turns(stored)] == turns
-    assert [list(t.messages) for t in group_turns(context)] == window
-    assert len(memory.get_messages()) == len(window)
-    # All system messages, in order, then the window.
-    assert context == systems + [m for t in window for m in t]
+    assert context == systems + sendable([m for t in window for m in t])
+    rest = context[len(systems) :]
+    assert [list(t.messages) for t in group_turns(rest)] == scan_turns(rest)
+    assert len(memory.get_messages()) == len(scan_turns(rest))
+    assert memory.get_history() == stored, "the log is never changed"
 
-    rest = [m for m in context if m.role is not Role.SYSTEM]
-    first_non_system = next((m for m in stored if m.role is not Role.SYSTEM), None)
+    # Opens on a user message; no result without its call, no call without its result.
     if rest:
-        assert rest[0].role is Role.USER or rest[0] is first_non_system
-
-    # Tool results never lose their call; calls lose their results only while the newest
-    # turn is still in progress.
+        assert rest[0].role is Role.USER
     calls_seen: set[str] = set()
     for m in rest:
         if m.role is Role.TOOL:
             assert m.tool_call_id in calls_seen
         calls_seen.update(c.id for c in m.tool_calls)
-    answered = {m.tool_call_id for m in rest if m.role is Role.TOOL}
-    newest_calls = {c.id for m in (window[-1] if window else []) for c in m.tool_calls}
-    unanswered = calls_seen - answered
-    assert unanswered <= newest_calls
-    # ...and those are exactly the calls still waiting in the whole conversation.
+    assert calls_seen == {m.tool_call_id for m in rest if m.role is Role.TOOL}
+    # What was left out is only what the whole conversation still waits for.
     all_calls = {c.id for m in stored for c in m.tool_calls}
     all_answered = {m.tool_call_id for m in stored if m.role is Role.TOOL}
-    assert unanswered == all_calls - all_answered
+    window_calls = {c.id for t in window for m in t for c in m.tool_calls}
+    greeting = {
+        c.id
+        for m in (turns[0] if turns and turns[0][0].role is not Role.USER else [])
+        for c in m.tool_calls
+    }
+    assert window_calls - calls_seen <= (all_calls - all_answered) | greeting
 
 
 @settings(max_examples=150, deadline=None)
@@ -126,8 +127,9 @@ def test_buffer_context_is_systems_then_everything_and_history_is_the_input(
 
     systems = [m for m in stored if m.role is Role.SYSTEM]
     others = [m for m in stored if m.role is not Role.SYSTEM]
-    assert memory.get_context() == systems + others
-    assert len(memory.get_messages()) == len(scan_turns(stored))
+    context = memory.get_context()
+    assert context == systems + sendable(others)
+    assert len(memory.get_messages()) == len(scan_turns(context[len(systems) :]))
 
 
 @settings(max_examples=60, deadline=None)

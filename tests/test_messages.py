@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import json
 import pickle
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -18,12 +19,22 @@ from hypothesis import strategies as st
 
 import zerda.messages
 from zerda.errors import InvalidMessageError, ZerdaError
-from zerda.messages import Message, Role, ToolCall, Turn, from_openai, group_turns, to_openai
+from zerda.messages import (
+    PINNED,
+    Message,
+    Role,
+    ToolCall,
+    Turn,
+    from_openai,
+    group_turns,
+    to_openai,
+)
 
 DATA = Path(__file__).parents[2] / "shared" / "data" / "taskmaster4-coffee.jsonl.gz"
 
 ROLE_VALUES = {
     "system": Role.SYSTEM,
+    "developer": Role.DEVELOPER,
     "user": Role.USER,
     "assistant": Role.ASSISTANT,
     "tool": Role.TOOL,
@@ -46,7 +57,7 @@ class TestRole:
         assert str(member) == value
         assert f"{member}" == value
 
-    def test_has_exactly_the_four_chat_roles(self) -> None:
+    def test_has_exactly_the_five_chat_roles(self) -> None:
         assert {r.value for r in Role} == set(ROLE_VALUES)
 
     @pytest.mark.parametrize(("value", "member"), ROLE_VALUES.items())
@@ -138,16 +149,29 @@ INVALID: list[Any] = [
     pytest.param(lambda: Message(None, "hi"), r"unknown role None", id="role-none"),
     pytest.param(lambda: Message(3, "hi"), r"unknown role 3", id="role-int"),
     # content
-    pytest.param(lambda: Message("user", 42), r"content must be a string, got int", id="int"),
+    pytest.param(
+        lambda: Message("user", 42),
+        r"content must be a string or a sequence of parts, got int",
+        id="int",
+    ),
     pytest.param(
         lambda: Message("user", [{"type": "text", "text": "hi"}]),
-        r"content must be a string, got list \(join the text parts",
-        id="content-parts",
+        r"content part 0 must be a zerda.parts part .* got dict \(use Message.from_openai",
+        id="content-dicts",
     ),
-    pytest.param(lambda: Message("user", {"text": "hi"}), r"must be a string, got dict", id="dict"),
+    pytest.param(
+        lambda: Message("user", ()),
+        r"empty sequence of parts; use '' for none",
+        id="content-no-parts",
+    ),
+    pytest.param(
+        lambda: Message("user", {"text": "hi"}),
+        r"must be a string or a sequence of parts, got dict",
+        id="dict",
+    ),
     pytest.param(
         lambda: Message("user", None),
-        r"user message content must be a string; None is allowed only on an assistant",
+        r"user message content must be a string or parts; None is allowed only on an assistant",
         id="none-user",
     ),
     pytest.param(
@@ -642,7 +666,9 @@ def test_any_message_round_trips_through_pickle(m: Message) -> None:
 @given(messages_st())
 def test_openai_form_keeps_everything_but_metadata_and_time(m: Message) -> None:
     back = Message.from_openai(m.to_openai())
-    assert back == dataclasses.replace(m, metadata={}, created_at=None)
+    # A name OpenAI would refuse goes as one it takes: other characters as "_", at most 64.
+    name = None if m.name is None else re.sub(r"[^A-Za-z0-9_-]", "_", m.name)[:64]
+    assert back == dataclasses.replace(m, metadata={}, created_at=None, name=name)
 
 
 # -- The real data set -----------------------------------------------------------------------
@@ -780,9 +806,9 @@ class TestTurn:
 
 
 @given(st.lists(messages_st(), max_size=25))
-def test_group_turns_partitions_the_non_system_messages(messages: list[Message]) -> None:
+def test_group_turns_partitions_the_non_pinned_messages(messages: list[Message]) -> None:
     turns = group_turns(messages)
-    non_system = [m for m in messages if m.role is not Role.SYSTEM]
+    non_system = [m for m in messages if m.role not in PINNED]
     flat = [m for t in turns for m in t.messages]
     assert [id(m) for m in flat] == [id(m) for m in non_system]
     for i, turn in enumerate(turns):

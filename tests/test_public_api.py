@@ -11,6 +11,7 @@ import pytest
 
 import zerda
 import zerda.errors
+import zerda.formats
 import zerda.integrations.langchain
 import zerda.integrations.llama_index
 import zerda.memory
@@ -41,6 +42,7 @@ PUBLIC_MODULES = [
     zerda,
     zerda.memory,
     zerda.messages,
+    zerda.formats,
     zerda.tokens,
     zerda.errors,
     zerda.stores,

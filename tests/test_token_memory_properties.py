@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _conversations import scan_turns
-from _token_checks import Expected, check_memory, expect_from_turns, strip_times
+from _token_checks import check_memory, strip_times
 from zerda.errors import ContextOverflowError
 from zerda.memory import ConversationTokenBufferMemory
 from zerda.messages import Message, Role, ToolCall
@@ -186,15 +186,28 @@ def test_fit_budget_matches_the_reference(data: st.DataObject) -> None:
     turns = [conversation[a:b] for a, b in itertools.pairwise([*starts, len(conversation)])]
     costs = [tokens[a:b] for a, b in itertools.pairwise([*starts, len(conversation)])]
 
-    exp: Expected = expect_from_turns([], 0, turns, costs, 0, budget, overflow)
-    if exp.context is None:
-        with pytest.raises(ContextOverflowError) as info:
-            fit_budget(conversation, tokens, starts, budget, overflow)  # type: ignore[arg-type]
-        assert (info.value.needed, info.value.limit) == (exp.needed, budget)
+    # The reference walk: the newest whole turns that fit; else the newest turn alone, to be
+    # shortened (truncate) or refused (raise).
+    kept, used = 0, 0
+    for cost in reversed([sum(c) for c in costs]):
+        if used + cost > budget:
+            break
+        kept, used = kept + 1, used + cost
+    if not kept and turns:
+        newest = sum(costs[-1])
+        if overflow == "raise":
+            with pytest.raises(ContextOverflowError) as info:
+                fit_budget(conversation, tokens, starts, budget, overflow)  # type: ignore[arg-type]
+            assert (info.value.needed, info.value.limit) == (newest, budget)
+            return
+        fit = fit_budget(conversation, tokens, starts, budget, overflow)  # type: ignore[arg-type]
+        assert (fit.start, fit.turns, fit.tokens) == (starts[-1], 1, newest)
+        assert fit.truncated
+        assert not fit.exhausted
         return
     fit = fit_budget(conversation, tokens, starts, budget, overflow)  # type: ignore[arg-type]
-    assert conversation[fit.start :] == exp.context
-    assert fit.tokens == exp.turn_tokens == sum(tokens[fit.start :]) <= budget
-    assert fit.turns == exp.turns_in_context
-    assert fit.truncated is exp.truncated
-    assert fit.exhausted is (not exp.truncated and exp.turns_in_context == len(turns))
+    assert conversation[fit.start :] == [m for t in turns[len(turns) - kept :] for m in t]
+    assert fit.tokens == used == sum(tokens[fit.start :]) <= budget
+    assert fit.turns == kept
+    assert not fit.truncated
+    assert fit.exhausted is (kept == len(turns))

@@ -33,12 +33,14 @@ from zerda.memory import (
     ConversationTokenBufferMemory,
 )
 from zerda.messages import Message, Role, ToolCall, Turn, from_openai, group_turns, to_openai
+from zerda.parts import AudioPart, FilePart, ImagePart, ReasoningPart, TextPart
 from zerda.tokens import ApproxCounter, TiktokenCounter, TokenCounter
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ApproxCounter",
+    "AudioPart",
     "BaseMemory",
     "ConfigurationError",
     "ContextOverflowError",
@@ -48,12 +50,16 @@ __all__ = [
     "ConversationSummaryMemory",
     "ConversationTokenBufferMemory",
     "CorruptDataError",
+    "FilePart",
+    "ImagePart",
     "InvalidMessageError",
     "InvalidSessionIdError",
     "Message",
+    "ReasoningPart",
     "Role",
     "StoreUnavailableError",
     "SummarizerError",
+    "TextPart",
     "TiktokenCounter",
     "TokenCounter",
     "ToolCall",

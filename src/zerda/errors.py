@@ -7,7 +7,7 @@ The hierarchy::
     ├── InvalidMessageError       a message is malformed (also a ValueError)
     ├── InvalidSessionIdError     a session id is too long or has characters we do not accept
     ├── StoreUnavailableError     the store cannot be reached; the backend's error is chained
-    ├── ContextOverflowError      the newest turn alone does not fit the token budget
+    ├── ContextOverflowError      a context cannot fit its token budget
     ├── SummarizerError           the summarizer failed or timed out
     └── CorruptDataError          stored data cannot be decoded
 
@@ -55,7 +55,9 @@ class StoreUnavailableError(ZerdaError):
 
 
 class ContextOverflowError(ZerdaError):
-    """The newest turn (or message) alone is larger than the token budget.
+    """A context cannot fit its token budget: the pinned messages and the summary leave no
+    room, or the newest turn alone is larger than the budget (with ``overflow="truncate"``,
+    even with its texts cut to markers).
 
     ``needed`` is the token count of what had to fit and ``limit`` the budget it had to fit in.
     """

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import random
-import threading
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,13 +13,33 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-from zerda.errors import InvalidMessageError, ZerdaError
+from zerda._checks import MAX_METADATA_DEPTH, check_json_value, check_text
+from zerda._ids import new_message_id, new_message_ids
+from zerda.errors import InvalidMessageError
+from zerda.parts import (
+    PART_TYPES,
+    AudioPart,
+    FilePart,
+    ImagePart,
+    Part,
+    ReasoningPart,
+    TextPart,
+    _frozen_extra,
+    part_from_dict,
+)
 
 __all__ = [
     "MAX_ID_LENGTH",
     "MAX_METADATA_DEPTH",
+    "PINNED",
+    "AudioPart",
+    "FilePart",
+    "ImagePart",
     "Message",
+    "Part",
+    "ReasoningPart",
     "Role",
+    "TextPart",
     "ToolCall",
     "Turn",
     "from_openai",
@@ -35,128 +55,8 @@ _UNMODELLED_OPENAI_KEYS = frozenset({"refusal", "audio", "function_call", "annot
 _OPENAI_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
 _DICT_KEYS = _OPENAI_KEYS | {"metadata", "created_at", "id"}
 
-MAX_METADATA_DEPTH = 64
-"""How deeply metadata may nest (a mapping or a list inside another counts one level). Deeper
-metadata is refused with :class:`~zerda.InvalidMessageError`: no store could take it back
-without running out of stack, and nobody means it."""
-
 MAX_ID_LENGTH = 255
 """The longest message id accepted."""
-
-
-# -- text that every store can hold ---------------------------------------------------------
-
-
-def check_text(value: str, what: str, error: type[ZerdaError] = InvalidMessageError) -> None:
-    """Refuse a string that is not valid Unicode: a lone surrogate (``"\\ud800"``) has no
-    UTF-8 form, so no store, file or wire could hold it."""
-    if value.isascii():
-        return
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise error(
-            f"{what} holds a lone surrogate {value[exc.start]!r} at position {exc.start}: "
-            "text must be valid Unicode (decode bytes with errors='replace', or drop it)"
-        ) from None
-
-
-def check_json_value(
-    value: object,
-    what: str,
-    error: type[ZerdaError] = InvalidMessageError,
-    max_depth: int = MAX_METADATA_DEPTH,
-) -> None:
-    """Refuse what no store could round-trip: nesting deeper than ``max_depth``, keys that are
-    not strings, and text that is not valid Unicode. Walks without recursion, so that the
-    check itself never runs out of stack; ``json.dumps`` checks the rest (types, NaN)."""
-    stack: list[tuple[object, int, tuple[object, ...]]] = [(value, 0, ())]
-    while stack:
-        item, depth, path = stack.pop()
-        if isinstance(item, str):
-            check_text(item, _at(what, path), error)
-            continue
-        if isinstance(item, Mapping):
-            children: Iterable[tuple[object, object]] = item.items()
-        elif isinstance(item, (list, tuple)):
-            children = enumerate(item)
-        else:
-            continue
-        if depth >= max_depth:
-            raise error(
-                f"{_at(what, path)} nests deeper than {max_depth} levels "
-                "(zerda.messages.MAX_METADATA_DEPTH)"
-            )
-        for key, child in children:
-            if isinstance(item, Mapping):
-                if not isinstance(key, str):
-                    raise error(f"{_at(what, path)} keys must be strings, got {key!r}")
-                check_text(key, f"a key of {_at(what, path)}", error)
-            stack.append((child, depth + 1, (*path, key)))
-
-
-def _at(what: str, path: tuple[object, ...]) -> str:
-    if len(path) > 6:  # a deep path: its ends say enough
-        return _at(what, path[:3]) + "[...]" + "".join(f"[{key!r}]" for key in path[-2:])
-    return what + "".join(f"[{key!r}]" for key in path)
-
-
-# -- message ids ----------------------------------------------------------------------------
-
-_id_lock = threading.Lock()
-_last_id = 0
-_LOW_62 = (1 << 62) - 1
-
-
-def new_message_id() -> str:
-    """A new message id: a UUID version 7 (RFC 9562), as text.
-
-    Ids sort by creation time as strings, and within one process each is greater than the
-    one before, even within a millisecond. 74 random bits keep ids from different processes
-    and machines apart.
-    """
-    return _uuid7(_id_block(1))
-
-
-def new_message_ids(count: int) -> list[str]:
-    """``count`` new message ids, in increasing order (one clock reading and random draw)."""
-    first = _id_block(count)
-    low = first & _LOW_62
-    if low + count > _LOW_62:  # the block carries into the high bits (once in 2**62 / count)
-        return [_uuid7(first + i) for i in range(count)]
-    # One head for the block: only the low 62 bits differ, so only they are formatted again.
-    head = _uuid7(first)[:19]
-    return [
-        head + "%04x-%012x" % (0x8000 | n >> 48, n & 0xFFFFFFFFFFFF)  # noqa: UP031 - hot path
-        for n in range(low, low + count)
-    ]
-
-
-def _id_block(count: int) -> int:
-    """The first of ``count`` fresh 122-bit values: milliseconds, then 74 random bits; each
-    greater than every value given before in this process."""
-    global _last_id
-    # Mersenne Twister bits: unique enough beside the time, reseeded in forked children, and
-    # several times faster than os.urandom on this path (every message a memory stores).
-    value = (time.time_ns() // 1_000_000) << 74 | random.getrandbits(74)
-    with _id_lock:
-        if value <= _last_id:
-            value = _last_id + 1
-        _last_id = value + count - 1
-    return value
-
-
-def _uuid7(value: int) -> str:
-    """The UUID text of a 122-bit value: 48 bits of milliseconds, the version (7), 12 bits,
-    the variant (0b10), 62 bits."""
-    ms, low = value >> 74, value & _LOW_62
-    return "%08x-%04x-7%03x-%04x-%012x" % (  # noqa: UP031 - the fastest way, on a hot path
-        ms >> 16,
-        ms & 0xFFFF,
-        value >> 62 & 0xFFF,
-        0x8000 | low >> 48,
-        low & 0xFFFFFFFFFFFF,
-    )
 
 
 def stamp_batch(messages: list[Message], now: float) -> list[Message]:
@@ -192,6 +92,7 @@ class Role(str, Enum):
     """Who said a message. Compares equal to its string value: ``Role.USER == "user"``."""
 
     SYSTEM = "system"
+    DEVELOPER = "developer"
     USER = "user"
     ASSISTANT = "assistant"
     TOOL = "tool"
@@ -201,6 +102,10 @@ class Role(str, Enum):
 
 
 _ROLES = ", ".join(repr(r.value) for r in Role)
+
+PINNED = frozenset({Role.SYSTEM, Role.DEVELOPER})
+"""The roles whose messages belong to no turn and lead every context: ``system`` and
+``developer`` (OpenAI's newer name for the same instructions)."""
 
 
 def _role(value: object) -> Role:
@@ -232,6 +137,9 @@ class ToolCall:
     name: str
     arguments: str = "{}"
     type: str = "function"
+    extra: Mapping[str, Any] = field(
+        default_factory=lambda: MappingProxyType({}), kw_only=True, hash=False
+    )
 
     def __post_init__(self) -> None:
         for attr in ("id", "name", "type"):
@@ -247,10 +155,15 @@ class ToolCall:
                 f"got {type(self.arguments).__name__} (use json.dumps)"
             )
         check_text(self.arguments, f"the arguments of tool call {self.name!r}")
+        if self.extra:
+            object.__setattr__(self, "extra", _frozen_extra(self.extra, "a tool call's"))
+        elif type(self.extra) is not MappingProxyType:  # an empty dict: the read-only empty
+            object.__setattr__(self, "extra", _NOTHING)
 
     @classmethod
-    def from_openai(cls, data: object) -> ToolCall:
-        """Build from OpenAI's ``{"id", "type", "function": {"name", "arguments"}}``."""
+    def from_openai(cls, data: object, *, extra: bool = False) -> ToolCall:
+        """Build from OpenAI's ``{"id", "type", "function": {"name", "arguments"}}`` (with
+        ``extra``, also Zerda's ``"extra"`` key, as :meth:`to_dict` writes it)."""
         if not isinstance(data, Mapping):
             raise InvalidMessageError(
                 f"a tool call must be a dict like {{'id': ..., 'type': 'function', "
@@ -267,6 +180,7 @@ class ToolCall:
             name=function.get("name"),  # type: ignore[arg-type]
             arguments=function.get("arguments", "{}"),
             type=data.get("type", "function"),
+            extra=data.get("extra", MappingProxyType({})) if extra else MappingProxyType({}),
         )
 
     def to_openai(self) -> dict[str, Any]:
@@ -276,13 +190,22 @@ class ToolCall:
             "function": {"name": self.name, "arguments": self.arguments},
         }
 
+    def to_dict(self) -> dict[str, Any]:
+        """:meth:`to_openai`, and ``extra`` when set: lossless."""
+        out = self.to_openai()
+        if self.extra:
+            out["extra"] = json.loads(json.dumps(dict(self.extra)))
+        return out
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
     """One chat message. Immutable; build a changed copy with ``dataclasses.replace``.
 
-    ``content`` is a string; it may be ``None`` only on an assistant message that makes tool
-    calls (as in OpenAI's format). A tool message must name the call it answers in
+    ``content`` is a string, or a tuple of parts (:mod:`zerda.parts`: text, images, audio,
+    files, reasoning); it may be ``None`` only on an assistant message that makes tool calls
+    (as in OpenAI's format). ``system`` and ``developer`` messages are pinned (:data:`PINNED`):
+    they belong to no turn. A tool message must name the call it answers in
     ``tool_call_id``. ``metadata`` is any JSON-serializable mapping (nested at most
     :data:`MAX_METADATA_DEPTH` deep), kept with the message but never sent to the model.
     ``created_at`` is epoch seconds and ``id`` identifies the message in its session (see
@@ -291,7 +214,7 @@ class Message:
     """
 
     role: Role
-    content: str | None
+    content: str | tuple[Part, ...] | None
     name: str | None = field(default=None, kw_only=True)
     tool_calls: tuple[ToolCall, ...] = field(default=(), kw_only=True)
     tool_call_id: str | None = field(default=None, kw_only=True)
@@ -327,10 +250,7 @@ class Message:
     def _check_fields(self, role: Role) -> None:
         content = self.content
         if content is not None and not isinstance(content, str):
-            raise InvalidMessageError(
-                f"{role.value} message content must be a string, got {type(content).__name__}"
-                + (" (join the text parts first)" if isinstance(content, list) else "")
-            )
+            content = self._check_parts(role, content)
         if not isinstance(self.tool_calls, tuple):
             if isinstance(self.tool_calls, (str, bytes, Mapping)) or not isinstance(
                 self.tool_calls, Iterable
@@ -350,10 +270,10 @@ class Message:
             raise InvalidMessageError(f"only assistant messages make tool calls, not {role.value}")
         if content is None and not self.tool_calls:
             raise InvalidMessageError(
-                f"{role.value} message content must be a string; None is allowed only on an "
-                "assistant message that makes tool calls"
+                f"{role.value} message content must be a string or parts; None is allowed only "
+                "on an assistant message that makes tool calls"
             )
-        if content is not None:
+        if isinstance(content, str):
             check_text(content, f"{role.value} message content")
         if role is Role.TOOL:
             if not isinstance(self.tool_call_id, str) or not self.tool_call_id:
@@ -370,6 +290,32 @@ class Message:
             raise InvalidMessageError(f"name must be a non-empty string or None, got {self.name!r}")
         if self.name is not None:
             check_text(self.name, "name")
+
+    def _check_parts(self, role: Role, content: object) -> tuple[Part, ...]:
+        """``content`` as a tuple of parts (a list is accepted), each a part object."""
+        if isinstance(content, (bytes, Mapping)) or not isinstance(content, (list, tuple)):
+            raise InvalidMessageError(
+                f"{role.value} message content must be a string or a sequence of parts, got "
+                f"{type(content).__name__}"
+            )
+        parts = tuple(content)
+        if not parts:
+            raise InvalidMessageError(
+                f"{role.value} message content is an empty sequence of parts; use '' for none"
+            )
+        for i, part in enumerate(parts):
+            if not isinstance(part, PART_TYPES):
+                hint = (
+                    " (use Message.from_openai or from_dict for dicts)"
+                    if isinstance(part, Mapping)
+                    else ""
+                )
+                raise InvalidMessageError(
+                    f"content part {i} must be a zerda.parts part (TextPart, ImagePart, "
+                    f"AudioPart, FilePart, ReasoningPart), got {type(part).__name__}{hint}"
+                )
+        object.__setattr__(self, "content", parts)
+        return parts
 
     def _check_metadata(self) -> None:
         metadata = self.metadata
@@ -436,17 +382,20 @@ class Message:
 
     @classmethod
     def from_openai(cls, data: object) -> Message:
-        """Build from an OpenAI chat message dict (``{"role": ..., "content": ...}``)."""
+        """Build from an OpenAI Chat Completions message dict (``{"role": ..., "content":
+        ...}``; content a string or an array of ``text``, ``image_url``, ``input_audio`` and
+        ``file`` parts)."""
         mapping = _as_mapping(data)
         _reject_unknown_keys(mapping, _OPENAI_KEYS)
-        return cls._from_mapping(mapping)
+        return cls._from_mapping(mapping, openai=True)
 
     @classmethod
     def from_dict(cls, data: object) -> Message:
-        """Inverse of :meth:`to_dict`: OpenAI keys plus ``metadata``, ``created_at`` and ``id``."""
+        """Inverse of :meth:`to_dict`: OpenAI's keys and parts, Zerda's parts (reasoning, an
+        image by file id, extras), ``metadata``, ``created_at`` and ``id``."""
         mapping = _as_mapping(data)
         _reject_unknown_keys(mapping, _DICT_KEYS)
-        return cls._from_mapping(mapping)
+        return cls._from_mapping(mapping, openai=False)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Message:
@@ -457,7 +406,7 @@ class Message:
         return cls.from_dict(data)
 
     @classmethod
-    def _from_mapping(cls, data: Mapping[str, Any]) -> Message:
+    def _from_mapping(cls, data: Mapping[str, Any], *, openai: bool) -> Message:
         if "role" not in data:
             raise InvalidMessageError(f"message has no 'role'; keys present: {sorted(data)}")
         raw_calls = data.get("tool_calls") or ()
@@ -465,12 +414,21 @@ class Message:
             raise InvalidMessageError(
                 f"tool_calls must be a list of tool call dicts, got {type(raw_calls).__name__}"
             )
+        content = data.get("content")
+        if isinstance(content, list):
+            parts = []
+            for i, part in enumerate(content):
+                try:
+                    parts.append(part_from_dict(part, openai=openai))
+                except InvalidMessageError as exc:
+                    raise InvalidMessageError(f"content part {i}: {exc}") from None
+            content = tuple(parts)
         metadata = data.get("metadata")
         return cls(
             role=data["role"],
-            content=data.get("content"),
+            content=content,
             name=data.get("name"),
-            tool_calls=tuple(ToolCall.from_openai(c) for c in raw_calls),
+            tool_calls=tuple(ToolCall.from_openai(c, extra=not openai) for c in raw_calls),
             tool_call_id=data.get("tool_call_id"),
             metadata=MappingProxyType({}) if metadata is None else metadata,
             created_at=data.get("created_at"),
@@ -478,19 +436,40 @@ class Message:
         )
 
     def to_openai(self) -> dict[str, Any]:
-        """The dict to send in an OpenAI Chat Completions ``messages`` list."""
-        out: dict[str, Any] = {"role": self.role.value, "content": self.content}
+        """The dict to send in an OpenAI Chat Completions ``messages`` list.
+
+        Parts become OpenAI's content parts where the role takes them (a user message: text,
+        images by URL, audio and files; other roles: text); what OpenAI Chat cannot take is
+        left out: reasoning, an image known only by file id, media on other roles.
+        """
+        content = self.content
+        out: dict[str, Any] = {
+            "role": self.role.value,
+            "content": _openai_content(self, content) if isinstance(content, tuple) else content,
+        }
         if self.name is not None:
-            out["name"] = self.name
+            out["name"] = _openai_name(self.name)
         if self.tool_calls:
-            out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
+            out["tool_calls"] = [_openai_call(c) for c in self.tool_calls]
         if self.tool_call_id is not None:
-            out["tool_call_id"] = self.tool_call_id
+            out["tool_call_id"] = _openai_call_id(self.tool_call_id)
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """A lossless, JSON-ready dict: :meth:`to_openai` plus metadata, created_at and id."""
-        out = self.to_openai()
+        """A lossless, JSON-ready dict: OpenAI's keys and parts, Zerda's parts and extras,
+        and metadata, created_at and id. For a message without parts, :meth:`to_openai`
+        plus metadata, created_at and id."""
+        content = self.content
+        out: dict[str, Any] = {
+            "role": self.role.value,
+            "content": [p.to_dict() for p in content] if isinstance(content, tuple) else content,
+        }
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
         if self.metadata:
             out["metadata"] = dict(self.metadata)
         if self.created_at is not None:
@@ -504,8 +483,75 @@ class Message:
 
     @property
     def text(self) -> str:
-        """The content, or ``""`` for an assistant message that only makes tool calls."""
-        return self.content if self.content is not None else ""
+        """The text: the content, its text parts joined by newlines, or ``""`` (an assistant
+        message that only makes tool calls)."""
+        content = self.content
+        if content is None:
+            return ""
+        if isinstance(content, str):
+            return content
+        return "\n".join(p.text for p in content if type(p) is TextPart)
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """The content as parts: a string is one text part (none when empty or ``None``)."""
+        content = self.content
+        if isinstance(content, tuple):
+            return content
+        return (TextPart(content),) if content else ()
+
+
+def _openai_content(message: Message, parts: tuple[Part, ...]) -> list[dict[str, Any]] | str | None:
+    """OpenAI Chat's content for ``parts``: what the role takes, in order."""
+    media = message.role is Role.USER
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        if type(part) is TextPart:
+            out.append({"type": "text", "text": part.text})
+        elif not media or type(part) is ReasoningPart:
+            continue
+        elif type(part) is ImagePart:
+            if part.url is not None and _OPENAI_IMAGE.match(part.url):
+                out.append(part.openai())
+        elif type(part) is AudioPart:
+            if part.format in _OPENAI_AUDIO:
+                out.append(part.openai())
+        elif type(part) is FilePart and (part.data is not None or part.file_id is not None):
+            out.append(part.openai())
+    if out:
+        return out
+    return None if message.tool_calls else ""
+
+
+# What OpenAI Chat takes (its API's errors and the vision and audio guides): images by http(s)
+# URL or as base64 PNG, JPEG, GIF or WebP; audio as wav or mp3; names of 1 to 64 letters,
+# digits, _ and -; call ids of at most 40 characters.
+_OPENAI_IMAGE = re.compile(r"https?://|data:image/(png|jpeg|gif|webp);base64,", re.IGNORECASE)
+_OPENAI_AUDIO = frozenset({"wav", "mp3"})
+_OPENAI_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_OPENAI_CALL_ID_LENGTH = 40
+
+
+def _openai_name(name: str) -> str:
+    """``name`` as OpenAI takes it: other characters become ``_``, at most 64 of them."""
+    if _OPENAI_NAME.fullmatch(name):
+        return name
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64]
+
+
+def _openai_call_id(call_id: str) -> str:
+    """``call_id``, or, when longer than OpenAI takes, a short one made from it (the same for
+    the call and its results)."""
+    if len(call_id) <= _OPENAI_CALL_ID_LENGTH:
+        return call_id
+    return "call_" + hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:32]
+
+
+def _openai_call(call: ToolCall) -> dict[str, Any]:
+    out = call.to_openai()
+    if len(call.id) > _OPENAI_CALL_ID_LENGTH:
+        out["id"] = _openai_call_id(call.id)
+    return out
 
 
 # The slots' setters, in field order: what Message._stamped copies a message with.
@@ -547,6 +593,184 @@ def _reject_unknown_keys(data: Mapping[str, Any], known: frozenset[str]) -> None
         )
 
 
+# -- the batch builder memories record with ------------------------------------------------------
+
+_ROLE_OF = {r.value: r for r in Role}
+_TOOL, _ASSISTANT = Role.TOOL, Role.ASSISTANT  # module globals: Role.TOOL is a slow lookup
+_NOTHING: Mapping[str, Any] = MappingProxyType({})  # empty, and nothing else holds its dict
+
+
+class _Draft:
+    """A Message being built: the same slots, set by plain assignment. A frozen dataclass's
+    slots are set only through ``object.__setattr__`` or the slots' descriptors, three times
+    slower; once every slot is set, ``__class__ = Message`` makes the draft that Message
+    (CPython allows it between classes of the same slots)."""
+
+    __slots__ = Message.__slots__
+
+    role: Role
+    content: str | None
+    name: str | None
+    tool_calls: tuple[ToolCall, ...]
+    tool_call_id: str | None
+    metadata: Mapping[str, Any]
+    created_at: float
+    id: str | None
+
+
+class _CallDraft:
+    """A ToolCall being built, as :class:`_Draft` builds a Message."""
+
+    __slots__ = ToolCall.__slots__
+
+    id: str
+    name: str
+    arguments: str
+    type: str
+    extra: Mapping[str, Any]
+
+
+def stamped_batch(items: Iterable[object], now: float) -> list[Message]:
+    """``items`` (Messages, or dicts as :meth:`Message.from_dict` takes them) validated and
+    stamped, exactly as ``stamp_batch([... Message.from_dict(d) ...], now)`` would give them;
+    an :class:`InvalidMessageError` says which item: ``"message 2: ..."``.
+
+    A plain OpenAI dict (what :func:`_plain` takes) is built straight into its slots, already
+    stamped: memories record every message through here.
+    """
+    batch: list[Any] = []  # Messages, and drafts (see _plain) until the end
+    append = batch.append
+    only_drafts = True
+    for item in items:
+        if type(item) is dict:
+            draft = _plain(item, now)
+            if draft is not None:
+                append(draft)
+                continue
+        elif type(item) is Message:
+            append(item)
+            only_drafts = False
+            continue
+        try:
+            append(item if isinstance(item, Message) else Message.from_dict(item))
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(f"message {len(batch)}: {exc}") from None
+        only_drafts = False
+    if only_drafts:  # the common case: every id is new
+        for draft, ident in zip(batch, new_message_ids(len(batch)) if batch else (), strict=True):
+            draft.id = ident
+            draft.__class__ = Message
+        return batch
+    for draft in batch:
+        if type(draft) is _Draft:
+            draft.id = None
+            draft.__class__ = Message  # type: ignore[assignment]  # see _Draft
+    # Given messages, and those from from_dict, lack an id or not: stamp_batch gives the ids
+    # in order (copying the drafts again, in such a mixed batch).
+    return stamp_batch(batch, now)
+
+
+def _plain(d: dict[str, Any], now: float) -> _Draft | None:
+    """``Message.from_dict(d)`` with ``created_at`` ``now``, as a draft without its id, when
+    ``d`` is a plain OpenAI message (its keys among role, content, name, tool_calls and
+    tool_call_id, string content, tool calls as plain dicts) that passes every check;
+    ``None`` for any other dict, valid or not: ``from_dict`` then builds it, or says what is
+    wrong.
+
+    The checks are those of ``_from_mapping``, ``ToolCall`` and ``Message.__post_init__``
+    for that shape; tests/test_fast_paths.py compares the two on random dicts.
+    """
+    if not _OPENAI_KEYS.issuperset(d):
+        return None
+    role = d.get("role")
+    role = _ROLE_OF.get(role) if type(role) is str else None
+    if role is None:
+        return None
+    content = d.get("content")
+    if type(content) is str:
+        if not (content.isascii() or _utf8(content)):
+            return None
+    elif content is not None:
+        return None
+    name = d.get("name")
+    if name is not None and (
+        type(name) is not str or not name or not (name.isascii() or _utf8(name))
+    ):
+        return None
+    call_id = d.get("tool_call_id")
+    if role is _TOOL:
+        if type(call_id) is not str or not call_id or not (call_id.isascii() or _utf8(call_id)):
+            return None
+    elif call_id is not None:
+        return None
+    raw = d.get("tool_calls")
+    calls: tuple[ToolCall, ...] = ()
+    if raw is not None:
+        if type(raw) is not list:
+            return None
+        if raw:
+            if role is not _ASSISTANT:
+                return None
+            built = []
+            for c in raw:
+                if type(c) is not dict:
+                    return None
+                function = c.get("function")
+                if type(function) is not dict:
+                    return None
+                ident = c.get("id")
+                fname = function.get("name")
+                arguments = function.get("arguments", "{}")
+                kind = c.get("type", "function")
+                if not (
+                    type(ident) is str
+                    and ident
+                    and type(fname) is str
+                    and fname
+                    and type(arguments) is str
+                    and type(kind) is str
+                    and kind
+                ):
+                    return None
+                if not (ident.isascii() and fname.isascii() and arguments.isascii()) and not (
+                    _utf8(ident) and _utf8(fname) and _utf8(arguments)
+                ):
+                    return None
+                if kind != "function" and not _utf8(kind):
+                    return None
+                call = _CallDraft()
+                call.id = ident
+                call.name = fname
+                call.arguments = arguments
+                call.type = kind
+                call.extra = _NOTHING
+                call.__class__ = ToolCall  # type: ignore[assignment]
+                built.append(call)
+            calls = tuple(built)  # type: ignore[arg-type]  # ToolCalls now
+    if content is None and not calls:
+        return None
+    m = _Draft()
+    m.role = role
+    m.content = content
+    m.name = name
+    m.tool_calls = calls
+    m.tool_call_id = call_id
+    m.metadata = _NOTHING
+    m.created_at = now
+    return m
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (what :func:`check_text` refuses, it is not)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
     """Messages as the ``messages`` list of an OpenAI Chat Completions request."""
     return [m.to_openai() for m in messages]
@@ -575,8 +799,10 @@ class Turn:
         for i, m in enumerate(self.messages):
             if not isinstance(m, Message):
                 raise InvalidMessageError(f"a turn holds Message objects, got {type(m).__name__}")
-            if m.role is Role.SYSTEM:
-                raise InvalidMessageError("system messages are pinned, never part of a turn")
+            if m.role in PINNED:
+                raise InvalidMessageError(
+                    f"{m.role.value} messages are pinned, never part of a turn"
+                )
             if i and m.role is Role.USER:
                 raise InvalidMessageError("a turn holds one user message, at its start")
 
@@ -615,7 +841,7 @@ def group_turns(messages: Iterable[Message]) -> list[Turn]:
     turns: list[Turn] = []
     current: list[Message] = []
     for m in messages:
-        if m.role is Role.SYSTEM:
+        if m.role in PINNED:
             continue
         if m.role is Role.USER and current:
             turns.append(Turn(tuple(current)))

@@ -8,13 +8,25 @@ the context starts in that list, so a memory can slice the context out without b
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Literal, NamedTuple, TypeVar
 
 from zerda.errors import ContextOverflowError
-from zerda.messages import Message, Role
+from zerda.messages import Message, Role, TextPart
 
-__all__ = ["Fit", "Overflow", "fit_budget", "last_turns", "window_start"]
+__all__ = [
+    "REPAIRS",
+    "Fit",
+    "Overflow",
+    "Repaired",
+    "call_ids",
+    "fit_budget",
+    "last_turns",
+    "repair",
+    "window_start",
+]
 
 T = TypeVar("T")
 
@@ -38,9 +50,10 @@ class Fit(NamedTuple):
     """The result of fitting a tail into a token budget.
 
     ``start`` is the offset of the context's first message in the tail; ``turns`` counts the
-    turns in the context (a truncated turn counts); ``tokens`` is the sum of the counts of the
-    messages from ``start`` on. ``exhausted`` means every turn of the tail fitted, so an
-    older turn, if the store has one, might fit too.
+    turns in the context; ``tokens`` is the sum of the counts of the messages from ``start``
+    on. ``truncated``: the newest turn alone, over the budget, to be shortened.
+    ``exhausted`` means every turn of the tail fitted, so an older turn, if the store has
+    one, might fit too.
     """
 
     start: int
@@ -50,6 +63,10 @@ class Fit(NamedTuple):
     exhausted: bool
 
 
+# A tail of at most this many turns is fitted from its oldest turn (see fit_budget).
+_SHORT_TAIL = 64
+
+
 def fit_budget(
     messages: Sequence[Message],
     tokens: Sequence[int],
@@ -57,79 +74,418 @@ def fit_budget(
     budget: int,
     overflow: Overflow = "truncate",
 ) -> Fit:
-    """Keep the newest whole turns whose tokens add up to at most ``budget``.
+    """Keep the newest whole turns whose tokens add up to at most ``budget`` (``tokens`` are
+    counts: none is negative).
 
-    Walks turns from the newest and stops at the first that does not fit, so the cost is that
-    of the context, not of the conversation. When the newest turn alone is over budget,
-    ``overflow="raise"`` raises :class:`ContextOverflowError`; ``"truncate"`` keeps the longest
-    run of that turn's newest messages that fits, never starting on a tool result (a tool call
-    and its results are kept or dropped together). If not even the newest message (with the
-    results that answer it) fits, both raise.
+    The first turn that does not fit, walking from the newest, ends the context, so the cost
+    is that of the context, not of the conversation. When the newest turn alone is over
+    budget, ``overflow="raise"`` raises :class:`ContextOverflowError`; ``"truncate"`` returns
+    that turn alone, ``truncated`` and with its full count: :func:`shorten_turn` then makes it
+    fit.
     """
     end = len(messages)
-    used = 0
-    kept = 0
-    start = end
-    for begin in reversed(turn_starts):
-        cost = sum(tokens[begin:start])
-        if used + cost > budget:
-            break
-        used += cost
-        kept += 1
-        start = begin
+    n = len(turn_starts)
+    if 0 < n <= _SHORT_TAIL:
+        # A memory reads the turns its last context held and a turn or two more: sum them all
+        # (in C) and drop turns from the oldest while over budget, a step or two, rather than
+        # a step for every kept turn. Counts are not negative, so the turns left are exactly
+        # those the walk from the newest keeps.
+        first = turn_starts[0]
+        used = sum(tokens if not first and len(tokens) == end else tokens[first:end])
+        dropped = 0
+        while used > budget and dropped < n:
+            dropped += 1
+            used -= sum(
+                tokens[turn_starts[dropped - 1] : turn_starts[dropped] if dropped < n else end]
+            )
+        if dropped < n:
+            # truncated=False; exhausted when no turn was dropped
+            return Fit(turn_starts[dropped], n - dropped, used, False, not dropped)
     else:
-        return Fit(start, kept, used, truncated=False, exhausted=True)
-    if kept:
-        return Fit(start, kept, used, truncated=False, exhausted=False)
+        used = 0
+        kept = 0
+        start = end
+        for begin in reversed(turn_starts):
+            cost = sum(tokens[begin:start])
+            used += cost
+            if used > budget:
+                used -= cost
+                break
+            kept += 1
+            start = begin
+        else:
+            return Fit(start, kept, used, False, True)  # truncated=False, exhausted=True
+        if kept:
+            return Fit(start, kept, used, False, False)
     # The newest turn alone does not fit.
     newest = turn_starts[-1]
     needed = sum(tokens[newest:end])
     if overflow == "raise":
         raise ContextOverflowError(
             f"the newest turn alone needs {needed} tokens, over the budget of {budget}; "
-            'use overflow="truncate" to keep its newest messages, or raise the budget',
+            'use overflow="truncate" to cut its longest texts, or raise the budget',
             needed=needed,
             limit=budget,
         )
-    return _truncate(messages, tokens, newest, budget, needed)
+    return Fit(newest, 1, needed, truncated=True, exhausted=False)
 
 
-def _truncate(
-    messages: Sequence[Message], tokens: Sequence[int], newest: int, budget: int, needed: int
-) -> Fit:
-    """The longest run of the newest turn's last messages that fits and may open a context."""
-    fit: tuple[int, int] | None = None
-    for start, total in _openings(messages, tokens, newest):
-        if total > budget:
-            break
-        fit = (start, total)
-    if fit is None:
-        first = next(_openings(messages, tokens, newest), (newest, needed))
+# -- repair: a context every provider accepts, from whatever was stored ------------------------
+
+REPAIRS = (
+    "moved_results",
+    "dropped_orphan_results",
+    "dropped_duplicate_results",
+    "dropped_unanswered_calls",
+    "dropped_before_user",
+    "renamed_call_ids",
+)
+"""What :func:`repair` reports, by kind (the index of each in :attr:`Repaired.events`)."""
+MOVED, ORPHAN, DUPLICATE, UNANSWERED, BEFORE_USER, RENAMED = range(len(REPAIRS))
+
+
+class Repaired(NamedTuple):
+    """A repaired tail: its messages and counts, where each of its turns starts (as many turns
+    as before; a turn whose every message was dropped is empty), and what was repaired, as
+    ``(kind, turn)`` pairs (kinds index :data:`REPAIRS`)."""
+
+    messages: list[Message]
+    tokens: list[int | None]
+    turn_starts: list[int]
+    events: list[tuple[int, int]]
+
+
+def repair(
+    messages: Sequence[Message],
+    tokens: Sequence[int | None],
+    turn_starts: Sequence[int],
+    valid_upto: int = 0,
+    call_ids: AbstractSet[str] = frozenset(),
+) -> Repaired | None:
+    """The tail of a log (no pinned messages) made valid for every provider, or ``None`` when
+    it is valid as it is. The log itself is never changed; the rules, in this order:
+
+    1. a tool result stored after another message (a user who interjected), or before its
+       call, is moved to directly after its call, with the call's other results;
+    2. a result whose call is not in the tail (evicted, or never made) is dropped;
+    3. of several results for one call, the first is kept;
+    4. a call with no result is removed from its message (a second call with the same id in
+       one message too); a message left with neither text nor calls is dropped;
+    5. a first turn that does not open on a user message (a greeting) is dropped: the first
+       message after the pinned ones is a user message;
+    6. a call whose id an earlier call of the tail used (models that number their calls
+       ``call_0`` each turn) is given a new one, ``call_0_2``, and so are its results: OpenAI
+       and Anthropic refuse a request that uses one id twice.
+
+    A result answers the most recent call with its id that has no result yet, so models that
+    reuse ids turn after turn (``call_0`` each time) are paired right. Turns keep their
+    numbers (a moved result belongs to its call's turn); a message that changed has no count
+    (``None``: count it again). Costs one pass over the tail.
+
+    ``valid_upto`` says that ``messages[:valid_upto]`` is known to break no rule and to end
+    where no call waits for a result, its calls using ``call_ids`` (a memory knows it from its
+    last read: logs only grow): only the messages after it are checked, so a valid tail costs
+    what was added since.
+    """
+    if not _needs_repair(messages, turn_starts, valid_upto, call_ids):
+        return None
+    turn_of = _turn_numbers(len(messages), turn_starts)
+    events: list[tuple[int, int]] = []
+    open_calls: dict[str, list[tuple[int, int]]] = {}  # call id -> its unanswered calls
+    seen: set[str] = set()  # every call id met so far
+    early: dict[str, list[int]] = {}  # results met before any call of theirs
+    paired: set[tuple[int, int]] = set()  # (message, call) answered
+    removed: set[tuple[int, int]] = set()  # (message, call) to drop: a repeated id
+    results_of: dict[int, list[int]] = {}  # message -> the results of its calls, in order
+    for i, m in enumerate(messages):
+        if m.role is Role.TOOL:
+            call_id = m.tool_call_id or ""
+            waiting = open_calls.get(call_id)
+            if waiting:
+                owner = waiting.pop()
+                paired.add(owner)
+                results_of.setdefault(owner[0], []).append(i)
+            elif call_id in seen:
+                events.append((DUPLICATE, turn_of[i]))
+            else:
+                early.setdefault(call_id, []).append(i)
+        elif m.tool_calls:
+            here: set[str] = set()
+            for j, call in enumerate(m.tool_calls):
+                if call.id in here:
+                    removed.add((i, j))
+                    continue
+                here.add(call.id)
+                seen.add(call.id)
+                before = early.get(call.id)
+                if before:
+                    paired.add((i, j))
+                    results_of.setdefault(i, []).append(before.pop(0))
+                else:
+                    open_calls.setdefault(call.id, []).append((i, j))
+    for waiting_results in early.values():
+        events.extend((ORPHAN, turn_of[r]) for r in waiting_results)
+    greeting = bool(turn_starts) and messages[turn_starts[0]].role is not Role.USER
+    greeting_end = turn_starts[1] if greeting and len(turn_starts) > 1 else len(messages)
+    counted = bool(tokens)
+    every_id = {c.id for m in messages for c in m.tool_calls}
+    used: set[str] = set()  # call ids in the output so far
+    out: list[Message] = []
+    out_tokens: list[int | None] = []
+    starts: list[int] = []
+    next_start = 0
+    for i, m in enumerate(messages):
+        while next_start < len(turn_starts) and turn_starts[next_start] == i:
+            starts.append(len(out))
+            next_start += 1
+        if greeting and i < greeting_end:
+            # Dropped with its turn (the results of its calls with it, wherever stored).
+            if m.role is not Role.TOOL:
+                events.append((BEFORE_USER, 0))
+            continue
+        if m.role is Role.TOOL:
+            continue  # emitted with its call, or dropped
+        if not m.tool_calls:
+            out.append(m)
+            if counted:
+                out_tokens.append(tokens[i])
+            continue
+        kept = tuple(c for j, c in enumerate(m.tool_calls) if (i, j) in paired)
+        dropped = len(m.tool_calls) - len(kept)
+        events.extend((UNANSWERED, turn_of[i]) for _ in range(dropped))
+        if dropped and not kept and not m.text and not isinstance(m.content, tuple):
+            continue  # neither text nor calls left
+        renamed: dict[str, str] = {}
+        for call in kept:
+            if call.id in used:
+                renamed[call.id] = _fresh_id(call.id, used, every_id)
+                events.append((RENAMED, turn_of[i]))
+            used.add(renamed.get(call.id, call.id))
+        if renamed:
+            kept = tuple(
+                dataclasses.replace(c, id=renamed[c.id]) if c.id in renamed else c for c in kept
+            )
+        if dropped or renamed:
+            m = dataclasses.replace(m, tool_calls=kept)
+        out.append(m)
+        if counted:
+            out_tokens.append(None if dropped else tokens[i])
+        mine = sorted(results_of.get(i, ()))
+        for r in mine:
+            if r < i or any(messages[k].role is not Role.TOOL for k in range(i + 1, r)):
+                events.append((MOVED, turn_of[i]))
+            result = messages[r]
+            new_id = renamed.get(result.tool_call_id or "")
+            out.append(dataclasses.replace(result, tool_call_id=new_id) if new_id else result)
+            if counted:
+                out_tokens.append(tokens[r])
+    while next_start < len(turn_starts):  # turns that were only dropped messages, at the end
+        starts.append(len(out))
+        next_start += 1
+    return Repaired(out, out_tokens, starts, events)
+
+
+def call_ids(messages: Sequence[Message]) -> frozenset[str]:
+    """The ids of the tool calls ``messages`` make."""
+    return frozenset(c.id for m in messages if m.tool_calls for c in m.tool_calls)
+
+
+def _fresh_id(call_id: str, used: AbstractSet[str], taken: AbstractSet[str]) -> str:
+    """``call_id`` with the smallest suffix ``_2``, ``_3``, … that no call uses (kept within
+    OpenAI's 40 characters by shortening the id it extends)."""
+    n = 2
+    while True:
+        suffix = f"_{n}"
+        fresh = (
+            call_id[: 40 - len(suffix)] + suffix
+            if len(call_id) + len(suffix) > 40
+            else (call_id + suffix)
+        )
+        if fresh not in used and fresh not in taken:
+            return fresh
+        n += 1
+
+
+def _turn_numbers(n: int, turn_starts: Sequence[int]) -> list[int]:
+    """The turn each of ``n`` messages belongs to."""
+    out = [0] * n
+    for t, start in enumerate(turn_starts):
+        end = turn_starts[t + 1] if t + 1 < len(turn_starts) else n
+        out[start:end] = [t] * (end - start)
+    return out
+
+
+def _needs_repair(
+    messages: Sequence[Message],
+    turn_starts: Sequence[int],
+    start: int = 0,
+    call_ids: AbstractSet[str] = frozenset(),
+) -> bool:
+    """Whether the tail, from ``start`` (a point known valid before, its calls using
+    ``call_ids``), breaks a rule of :func:`repair` (one cheap pass; most tails do not)."""
+    if not start and turn_starts and messages[turn_starts[0]].role is not Role.USER:
+        return True
+    seen: set[str] = set()  # the ids of the calls met here (call_ids has those before)
+    tool = Role.TOOL
+    i, n = start, len(messages)
+    while i < n:
+        m = messages[i]
+        i += 1
+        if m.role is tool:
+            return True  # a result not right after its call's message
+        calls = m.tool_calls
+        if not calls:
+            continue
+        if len(calls) == 1:  # the common case, without sets: its one result right after it
+            only = calls[0].id
+            if only in call_ids or only in seen:
+                return True  # an id an earlier call used
+            seen.add(only)
+            if i < n and messages[i].role is tool and messages[i].tool_call_id == only:
+                i += 1
+                continue  # a second result would be a tool message out of place: caught above
+            return True  # a call without its result right after it, or a stray result
+        wanted = {c.id for c in calls}
+        if (
+            len(wanted) != len(calls)
+            or not call_ids.isdisjoint(wanted)
+            or not seen.isdisjoint(wanted)
+        ):
+            return True  # one id twice in a message, or one an earlier call used
+        seen |= wanted
+        while i < n and messages[i].role is tool:
+            call_id = messages[i].tool_call_id
+            if call_id not in wanted:
+                return True  # a stray or a repeated result
+            wanted.discard(call_id)
+            i += 1
+        if wanted:
+            return True  # a call without its result right after it
+    return False
+
+
+# -- shortening a turn that alone is over the budget ------------------------------------------
+
+MARKER = "[... {n} tokens cut ...]"
+"""What replaces the middle of a text cut to fit the budget (``{n}``: the tokens cut)."""
+
+
+class Shortened(NamedTuple):
+    """A turn made to fit: its messages (the long texts cut in the middle), their counts, and
+    how many tokens were cut."""
+
+    messages: list[Message]
+    tokens: list[int]
+    cut: int
+
+
+def shorten_turn(
+    messages: Sequence[Message],
+    tokens: Sequence[int],
+    budget: int,
+    count_text: Callable[[str], int],
+    count_message: Callable[[Message], int],
+) -> Shortened:
+    """``messages`` (one turn; ``tokens`` their counts) made to fit ``budget`` by cutting the
+    middle of their longest texts, each down to the same size (the largest first), with a
+    :data:`MARKER` saying how much was cut: every message stays, so the turn still opens on
+    its user message and keeps each call with its result. Only text is cut: tool-call
+    arguments (JSON), media, reasoning and the per-message overheads are not. When they,
+    with every text cut to a marker, still exceed the budget: :class:`ContextOverflowError`.
+    """
+    texts = [(i, j, t) for i, m in enumerate(messages) for j, t in _cuttable(m)]
+    sizes = [count_text(t) for _, _, t in texts]
+    fixed = sum(tokens) - sum(sizes)  # counters are additive: the rest of each message
+    floor = count_text(MARKER.format(n="999,999")) + 4  # a cut text: a marker and a little
+    least = fixed + sum(min(size, floor) for size in sizes)
+    if least > budget:
         raise ContextOverflowError(
-            f"the newest message needs {first[1]} tokens (with the tool results that answer "
-            f"it), over the budget of {budget}; the newest turn needs {needed}",
-            needed=first[1],
+            f"the newest turn needs {sum(tokens)} tokens, over the budget of {budget}, and "
+            f"{least} even with its texts cut to a marker: tool-call arguments, media and "
+            "message overheads are never cut",
+            needed=least,
             limit=budget,
         )
-    return Fit(fit[0], 1, fit[1], truncated=True, exhausted=False)
+    cap = _water_level(sizes, budget - fixed)
+    new_texts: dict[int, dict[int, str]] = {}
+    cut = 0
+    for (i, j, text), size in zip(texts, sizes, strict=True):
+        if size > cap:
+            short, removed = _cut_middle(text, size, cap, count_text)
+            new_texts.setdefault(i, {})[j] = short
+            cut += removed
+    out = list(messages)
+    out_tokens = list(tokens)
+    for i, changed in new_texts.items():
+        out[i] = _with_texts(messages[i], changed)
+        out_tokens[i] = count_message(out[i])
+    return Shortened(out, out_tokens, cut)
 
 
-def _openings(
-    messages: Sequence[Message], tokens: Sequence[int], newest: int
-) -> Iterator[tuple[int, int]]:
-    """Where a context may open inside the newest turn, newest first, with the tokens from there.
+def _cuttable(m: Message) -> list[tuple[int, str]]:
+    """The texts of ``m`` that may be cut, by position: its string content (position 0), or its
+    text parts (their index)."""
+    content = m.content
+    if isinstance(content, str):
+        return [(0, content)] if content else []
+    if content is None:
+        return []
+    return [(j, p.text) for j, p in enumerate(content) if type(p) is TextPart and p.text]
 
-    A run may open at a message only if every tool result in it answers a call made in it, so a
-    call and its results are kept or dropped together, whatever their order.
-    """
-    total = 0
-    unanswered: set[str] = set()  # results in the run whose call is not in it (yet)
-    for i in range(len(messages) - 1, newest - 1, -1):
-        m = messages[i]
-        total += tokens[i]
-        if m.role is Role.TOOL:
-            unanswered.add(m.tool_call_id or "")
-            continue
-        unanswered.difference_update(c.id for c in m.tool_calls)
-        if not unanswered:
-            yield i, total
+
+def _with_texts(m: Message, texts: dict[int, str]) -> Message:
+    content = m.content
+    if isinstance(content, str):
+        return dataclasses.replace(m, content=texts[0])
+    assert content is not None
+    parts = tuple(
+        TextPart(texts[j], extra=p.extra) if j in texts else p for j, p in enumerate(content)
+    )
+    return dataclasses.replace(m, content=parts)
+
+
+def _water_level(sizes: Sequence[int], room: int) -> int:
+    """The largest cap such that the sizes, each cut down to it, add up to at most ``room``."""
+    if sum(sizes) <= room:
+        return max(sizes, default=0)
+    ordered = sorted(sizes)
+    below = 0  # the sizes under the cap, kept whole
+    for k, size in enumerate(ordered):
+        left = len(ordered) - k  # those at or above the cap share what is left
+        cap = (room - below) // left
+        if cap < size:
+            return max(cap, 0)
+        below += size
+    return ordered[-1]
+
+
+def _cut_middle(
+    text: str, size: int, target: int, count_text: Callable[[str], int]
+) -> tuple[str, int]:
+    """``text`` (``size`` tokens) with its middle replaced by a marker, at most ``target``
+    tokens in all, the head and the tail of equal length; and how many of its tokens were
+    cut. Estimates what to keep from the text's characters per token, then checks (counting
+    only what is kept), a few rounds at most."""
+    per_token = len(text) / max(size, 1)
+    marker = count_text(MARKER.format(n=f"{size:,}"))
+    keep = int(max(target - marker, 0) * per_token)
+    for _ in range(8):
+        head = _until_space(text[: keep - keep // 2], from_end=True)
+        tail = _until_space(text[len(text) - keep // 2 :] if keep // 2 else "", from_end=False)
+        removed = size - count_text(head) - count_text(tail)
+        short = head + MARKER.format(n=f"{removed:,}") + tail
+        over = count_text(short) - target
+        if over <= 0:
+            return short, removed
+        keep = max(0, keep - int(over * per_token) - 1)
+    return MARKER.format(n=f"{size:,}"), size
+
+
+def _until_space(piece: str, *, from_end: bool) -> str:
+    """``piece`` cut back to a space near its cut end, so no word is cut in two (a piece with
+    no space near that end is left as it is)."""
+    window = piece[-40:] if from_end else piece[:40]
+    at = window.rfind(" ") if from_end else window.find(" ")
+    if at < 0:
+        return piece
+    return piece[: len(piece) - len(window) + at + 1] if from_end else piece[at:]

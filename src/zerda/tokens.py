@@ -4,7 +4,7 @@ How a message is counted (every counter here uses the same formula; only the tex
 differs)::
 
     message  = 3                                  # <|start|>{role}<|message|> ... <|end|>
-             + text(content)
+             + text(content)                      # or Σ over content parts: part(p)
              + (text(name) + 1     if name)       # the name replaces/extends the role token
              + Σ over tool calls: text(function name) + text(arguments) + 3
     context  = Σ message + 3                      # every reply is primed with <|start|>assistant
@@ -15,6 +15,11 @@ the ``prompt_tokens`` the API bills for gpt-3.5-turbo-0613 and later, gpt-4, gpt
 o-series. OpenAI does not publish how tool calls are framed; Zerda counts the function name
 and the arguments text exactly and adds 3 tokens of framing per call, which keeps the count
 at or slightly above what the API reports. ``tool_call_id`` is not counted.
+
+Content parts cost by the same rules in every counter (``zerda._media`` has the formulas and
+their sources): text and reasoning text by ``text()``; images by OpenAI's tile formula, their
+size read from a ``data:`` URL's header; audio at 10 tokens a second; PDFs by the page; base64
+is never counted as text.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from zerda._media import parts_tokens
 from zerda.errors import ConfigurationError, warn
 from zerda.messages import Message
 
@@ -86,8 +92,12 @@ class _ChatFormatCounter:
     def count_message(self, message: Message) -> int:
         count_text = self.count_text
         n = TOKENS_PER_MESSAGE
-        if message.content:
-            n += count_text(message.content)
+        content = message.content
+        if content:
+            if isinstance(content, str):
+                n += count_text(content)
+            else:
+                n += parts_tokens(content, count_text)
         if message.name is not None:
             n += count_text(message.name) + TOKENS_PER_NAME
         for call in message.tool_calls:
@@ -136,8 +146,12 @@ class TiktokenCounter(_ChatFormatCounter):
         # this runs once for every message a memory records.
         encode = self._encode
         n = TOKENS_PER_MESSAGE
-        if message.content:
-            n += len(encode(message.content))
+        content = message.content
+        if content:
+            if isinstance(content, str):
+                n += len(encode(content))
+            else:
+                n += parts_tokens(content, self.count_text)
         if message.name is not None:
             n += len(encode(message.name)) + TOKENS_PER_NAME
         for call in message.tool_calls:

@@ -63,7 +63,8 @@ import pytest
 from _processes import run_processes
 from zerda.errors import ConfigurationError, InvalidSessionIdError
 from zerda.memory import ConversationBufferMemory
-from zerda.messages import Message, Role, ToolCall
+from zerda.messages import PINNED, Message, Role, ToolCall
+from zerda.parts import AudioPart, FilePart, ImagePart, ReasoningPart, TextPart
 from zerda.stores import AsyncStore, InMemoryStore, SessionInfo, Store, Tail
 
 __all__ = ["AsyncStoreContract", "FakeClock", "StoreContract"]
@@ -135,7 +136,7 @@ def turns_of(log: Sequence[Entry]) -> list[list[Entry]]:
     message if the log does not open with a user message; system messages belong to none."""
     turns: list[list[Entry]] = []
     for e in log:
-        if e.message.role is Role.SYSTEM:
+        if e.message.role in PINNED:
             continue
         if e.message.role is Role.USER or not turns:
             turns.append([])
@@ -161,7 +162,7 @@ def model_tail(log: Sequence[Entry], turns: int | None, counter: str | None) -> 
     picked = all_turns[len(all_turns) - n :]
     flat = [e for t in picked for e in t]
     starts = list(itertools.accumulate([0] + [len(t) for t in picked[:-1]])) if picked else []
-    systems = [e for e in log if e.message.role is Role.SYSTEM]
+    systems = [e for e in log if e.message.role in PINNED]
     return ExpectedTail(
         system=[e.message for e in systems],
         messages=[e.message for e in flat],
@@ -179,12 +180,12 @@ def model_retention(log: Sequence[Entry], keep: int) -> list[Entry]:
     message from before that point (pinned, so never dropped)."""
     starts, seen = [], False
     for i, e in enumerate(log):
-        if e.message.role is Role.USER or (not seen and e.message.role is not Role.SYSTEM):
+        if e.message.role is Role.USER or (not seen and e.message.role not in PINNED):
             starts.append(i)
-        seen = seen or e.message.role is not Role.SYSTEM
+        seen = seen or e.message.role not in PINNED
     fitting = [s for s in starts if len(log) - s >= keep]
     cut = max(fitting, default=0)
-    return [e for e in log[:cut] if e.message.role is Role.SYSTEM] + list(log[cut:])
+    return [e for e in log[:cut] if e.message.role in PINNED] + list(log[cut:])
 
 
 def assert_tail(tail: Tail, expected: ExpectedTail) -> None:
@@ -196,7 +197,7 @@ def assert_tail(tail: Tail, expected: ExpectedTail) -> None:
     assert tail.total_messages == expected.total_messages, "total_messages"
     assert list(tail.tokens) == expected.tokens, "tokens"
     assert list(tail.system_tokens) == expected.system_tokens, "system_tokens"
-    assert all(m.role is not Role.SYSTEM for m in tail.messages)
+    assert all(m.role not in PINNED for m in tail.messages)
     assert tail.complete == (len(expected.turn_starts) == expected.total_turns)
 
 
@@ -685,6 +686,63 @@ class _Contract:
         # Prefixes and near-names are other sessions too.
         s.append("b.1", [user("other")])
         assert s.history("b") == b
+
+    def test_developer_messages_are_pinned_like_system_messages(self) -> None:
+        s = self.open()
+        d0, d1 = msg("developer", "Answer in French."), msg("developer", "Be brief.")
+        log = self.append_all(
+            s,
+            "s",
+            [([d0, U1, A1], {"x": [1, 2, 3]}), ([U2, d1, S1, A2], {"x": [4, 5, 6, 7]})],
+        )
+        assert_tail(s.tail("s", None, "x"), model_tail(log, None, "x"))
+        tail = s.tail("s", 1, "x")
+        assert list(tail.system) == [d0, d1, S1]
+        assert list(tail.messages) == [U2, A2]
+        assert list(tail.system_tokens) == [1, 5, 6]
+        assert tail.total_turns == 2
+        assert s.history("s") == [e.message for e in log]
+
+    def test_content_parts_are_kept_exactly(self) -> None:
+        """Every part type, with the extras of the formats they came from, and tool calls with
+        extras: given back equal, field by field, by a read and by a reopened store."""
+        png = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJ"
+        parts = (
+            TextPart("What is on this receipt?", extra={"anthropic": {"cache_control": {}}}),
+            ImagePart(png, detail="high"),
+            ImagePart(None, file_id="file-9", media_type="image/jpeg"),
+            ImagePart("https://example.com/cat.png", detail="low", media_type="image/png"),
+            AudioPart("UklGRiQAAABXQVZF", "wav"),
+            FilePart("data:application/pdf;base64,JVBERi0x", filename="receipt.pdf"),
+            FilePart(None, file_id="file-2", url="https://example.com/r.pdf"),
+        )
+        thinking = ReasoningPart(
+            "The total is at the bottom.", signature="sig==", extra={"gemini": {"n": [1, 2]}}
+        )
+        call = ToolCall("c1", "save", '{"total": 12.4}', extra={"gemini": {"sig": "abc"}})
+        log = [
+            msg("developer", "Answer in French."),
+            Message(Role.USER, parts, created_at=1_600_000_001.5, id="u1"),
+            Message(
+                Role.ASSISTANT,
+                (thinking, TextPart("12,40 €")),
+                tool_calls=(call,),
+                created_at=1_600_000_002.5,
+                id="a1",
+            ),
+            Message(Role.TOOL, (TextPart("saved"),), tool_call_id="c1", id="t1"),
+            Message(Role.ASSISTANT, (ReasoningPart("", encrypted="gAAA=="),), id="a2"),
+        ]
+        s = self.open()
+        assert s.append("s", log) == len(log)
+        stored = s.history("s")
+        assert stored == log
+        assert [m.to_dict() for m in stored] == [m.to_dict() for m in log]
+        tail = s.tail("s", None, None)
+        assert [*tail.system, *tail.messages] == log
+        assert tail.messages[0].content == parts  # a tuple of parts, in order, equal
+        if self.supports_processes:
+            assert self.reopen(self.raw(s)).history("s") == log
 
     # -- ids: exactly-once appends ----------------------------------------------------------------
 
@@ -1296,10 +1354,10 @@ class _Contract:
             kept = model_retention(full, keep)
             history = s.history("s")
             # The properties first, for readable failures; then the exact expectation.
-            systems = [e.message for e in full if e.message.role is Role.SYSTEM]
-            assert [m for m in history if m.role is Role.SYSTEM] == systems, "systems kept"
-            non_system = [m for m in history if m.role is not Role.SYSTEM]
-            full_non_system = [e.message for e in full if e.message.role is not Role.SYSTEM]
+            systems = [e.message for e in full if e.message.role in PINNED]
+            assert [m for m in history if m.role in PINNED] == systems, "systems kept"
+            non_system = [m for m in history if m.role not in PINNED]
+            full_non_system = [e.message for e in full if e.message.role not in PINNED]
             assert non_system == full_non_system[len(full_non_system) - len(non_system) :]
             assert history == [e.message for e in kept]
             assert len(history) >= min(keep, len(full))
@@ -1420,7 +1478,9 @@ class _Contract:
         store = self.open(ttl=ttl, max_messages=max_messages)
 
         def message(message_id: str | None) -> Message:
-            role = rng.choice(["user", "user", "assistant", "assistant", "tool", "system"])
+            role = rng.choice(
+                ["user", "user", "assistant", "assistant", "tool", "system", "developer"]
+            )
             if role == "tool":
                 return Message(
                     Role.TOOL, f"result {rng.random():.3f}", tool_call_id="c1", id=message_id

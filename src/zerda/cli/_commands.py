@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from zerda import formats
 from zerda.cli import _replay
 from zerda.cli._jsonl import FORM_NAMES, Parsed, parse_jsonl
 from zerda.cli._render import brief, clip, local_time, plural, size, table, terminal_width
 from zerda.errors import ConfigurationError, ContextOverflowError, ZerdaError
 from zerda.memory import (
     BaseMemory,
+    ConversationBufferMemory,
     ConversationBufferWindowMemory,
     ConversationTokenBufferMemory,
 )
@@ -194,7 +196,7 @@ class _Row:
 class _TurnRows:
     number: int
     rows: list[_Row]
-    partial: bool = False  # the newest turn, cut to fit a token budget
+    partial: bool = False  # the newest turn, its longest texts cut to fit a token budget
 
     @property
     def tokens(self) -> int:
@@ -238,8 +240,9 @@ def _rows(counter: TokenCounter, tail: Tail, start: int = 0) -> tuple[list[_Row]
         if end <= start:
             continue
         lo = max(begin, start)
-        rows = [_Row(tail.messages[j], counts[j]) for j in range(lo, end)]
-        turns.append(_TurnRows(first_number + i, rows, partial=lo != begin))
+        if end > lo:  # a turn repair emptied (a greeting) shows nothing
+            rows = [_Row(tail.messages[j], counts[j]) for j in range(lo, end)]
+            turns.append(_TurnRows(first_number + i, rows))
     return system, turns
 
 
@@ -252,9 +255,8 @@ def _whole_session(store: Store, session_id: str, counter: TokenCounter) -> _Vie
 def _context(store: Store, args: argparse.Namespace, counter: TokenCounter) -> _View:
     """What the memory the options describe sends to the model, with its token counts.
 
-    The context comes from the memory class itself; one more tail read of the same turns gives
-    the stored counts and turn numbers. Should a writer add messages between the two reads,
-    read both again.
+    The rows come from the memory's own view of the session (one read): the context as
+    repaired and, when the newest turn alone is over the budget, shortened.
     """
     memory: BaseMemory
     settings: dict[str, Any]
@@ -275,18 +277,14 @@ def _context(store: Store, args: argparse.Namespace, counter: TokenCounter) -> _
             "reserve_tokens": args.reserve,
             "budget": memory.budget,
         }
-    for _ in range(5):
-        context = memory.get_context()
-        pinned = sum(1 for m in context if m.role is Role.SYSTEM)
-        body = context[pinned:]
-        in_context = len(group_turns(body))
-        tail = store.tail(args.session, in_context, counter.name)
-        start = len(tail.messages) - len(body)
-        if list(tail.system) == context[:pinned] and list(tail.messages[start:]) == body:
-            break
-    else:
-        raise ZerdaError(f"session {args.session!r} kept changing while it was read; try again")
-    system, turns = _rows(counter, tail, start)
+    view = memory._run(memory._read_flow())
+    context = view.context()  # raises the view's error: a context over the budget
+    tail = view.tail
+    system, turns = _rows(counter, tail, view.start)
+    if view.truncated:
+        turns[-1].partial = True
+    in_context = len(turns)
+    repairs = {k: n for k, n in view.repair_counts().items() if n}
     system_tokens = sum(r.tokens for r in system)
     turn_tokens = sum(t.tokens for t in turns)
     priming = counter.count_messages([])
@@ -294,7 +292,9 @@ def _context(store: Store, args: argparse.Namespace, counter: TokenCounter) -> _
         {
             "turns_in_context": in_context,
             "turns_evicted": tail.total_turns - in_context,
-            "truncated": bool(turns) and turns[0].partial,
+            "truncated": view.truncated,
+            "truncated_tokens": view.truncated_tokens,
+            "repairs": repairs,
             "tokens": system_tokens + turn_tokens + priming,
             "tokens_by_part": {
                 "system": system_tokens,
@@ -333,12 +333,14 @@ def _print_view(ctx: Context, session_id: str, view: _View, counter: TokenCounte
     if view.system:
         print(file=out)
         tokens = sum(r.tokens for r in view.system)
-        print(f"System messages (pinned, sent first): {tokens} tokens", file=out)
+        roles = sorted({r.message.role.value for r in view.system}, reverse=True)
+        which = " and ".join(roles).capitalize()  # System, Developer, System and developer
+        print(f"{which} messages (pinned, sent first): {tokens} tokens", file=out)
         _print_rows(ctx, view.system, token_width, width)
     for turn in view.turns:
         print(file=out)
         when = f", {local_time(turn.started_at)}" if turn.started_at is not None else ""
-        cut = ", only its newest messages fit" if turn.partial else ""
+        cut = ", its longest texts cut to fit" if turn.partial else ""
         print(
             f"Turn {turn.number} of {view.total_turns}{when}: "
             f"{plural(len(turn.rows), 'message')}, {plural(turn.tokens, 'token')}{cut}",
@@ -362,7 +364,12 @@ def _print_footer(ctx: Context, settings: dict[str, Any]) -> None:
     parts = settings["tokens_by_part"]
     total = settings["tokens"]
     in_context = settings["turns_in_context"]
-    cut = " (the newest, cut: alone it is over the budget)" if settings["truncated"] else ""
+    cut = (
+        f" (the newest, {settings['truncated_tokens']:,} tokens cut from its longest texts: "
+        "alone it is over the budget)"
+        if settings["truncated"]
+        else ""
+    )
     print(file=ctx.out)
     print(
         f"In context: {in_context} of {plural(in_context + settings['turns_evicted'], 'turn')}"
@@ -383,6 +390,17 @@ def _print_footer(ctx: Context, settings: dict[str, Any]) -> None:
             f"--reserve {settings['reserve_tokens']}",
             file=ctx.out,
         )
+    if settings["repairs"]:
+        done = ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in settings["repairs"].items())
+        print(f"Repaired for the model (the log is unchanged): {done}", file=ctx.out)
+
+
+_FORMATS: dict[str, Callable[[list[Message]], object]] = {
+    "openai": formats.to_openai,
+    "responses": formats.to_responses,
+    "anthropic": formats.to_anthropic,
+    "gemini": formats.to_gemini,
+}
 
 
 def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
@@ -396,6 +414,18 @@ def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
                 raise ZerdaError(f"{exc}; try a larger --token-limit") from exc
         else:
             view = _whole_session(store, args.session, counter)
+        if args.format is not None:
+            messages = (
+                view.context_messages
+                if args.context
+                else ConversationBufferMemory(store=store, session_id=args.session).get_context()
+            )
+    if args.format is not None:
+        print(
+            json.dumps(_FORMATS[args.format](messages), indent=2, ensure_ascii=False),
+            file=ctx.out,
+        )
+        return 0
     if not ctx.json:
         _print_view(ctx, args.session, view, counter)
         return 0

@@ -36,6 +36,7 @@ examples:
   zerda import chat.jsonl --session ada
   zerda sessions
   zerda show ada --context --token-limit 2000
+  zerda show ada --context --token-limit 2000 --format anthropic
   zerda export ada -o ada.jsonl
   zerda replay chat.jsonl --token-limit 1000,2000,4000 --plot tokens.png
   zerda --db ./chats.sqlite3 stats --json
@@ -169,12 +170,18 @@ def build_parser() -> argparse.ArgumentParser:
         "show",
         "show a session's turns, or what the model would see (--context)",
         "Show a session turn by turn: each message's role, a short rendering of its content\n"
-        "(tool calls as name(arguments), tool results with the id of the call they answer)\n"
-        "and its tokens, with the tokens of each turn. Long texts are cut to the terminal\n"
+        "(tool calls as name(arguments), tool results with the id of the call they answer,\n"
+        "images, audio, files and reasoning as [image png 1024x768 high] and the like) and\n"
+        "its tokens, with the tokens of each turn. Long texts are cut to the terminal\n"
         "width; 'zerda export' and --json give them whole.\n\n"
         "With --context, show exactly what a memory would send to the model: the pinned\n"
-        "system messages and the newest whole turns that fit --k turns or a --token-limit\n"
-        "budget, with the turns in context, the turns evicted and the tokens used.",
+        "system and developer messages and the newest whole turns that fit --k turns or a\n"
+        "--token-limit budget, with the turns in context, the turns evicted and the tokens\n"
+        "used.\n\n"
+        "With --format, print the request a provider would be sent instead, as JSON: the\n"
+        "context (with --context) or every turn (as ConversationBufferMemory sends them),\n"
+        "repaired, in OpenAI Chat's messages, OpenAI Responses' input items, Anthropic's\n"
+        "system and messages, or Gemini's system_instruction and contents.",
     )
     show.add_argument("session", metavar="SESSION", type=_session_id, help="the session id")
     show.add_argument(
@@ -201,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         default=0,
         help="with --token-limit: tokens kept free for the rest of the prompt (default 0)",
+    )
+    show.add_argument(
+        "--format",
+        choices=("openai", "responses", "anthropic", "gemini"),
+        help="print the provider request (JSON) instead of the turns",
     )
     _counter_option(show)
 
@@ -281,7 +293,8 @@ saves against sending the full history every turn.
 The file is JSONL in OpenAI's chat format, one message a line or one conversation a
 line ({"messages": [...]}), as 'zerda import' reads it; the output says which it
 found, and a bad line is reported as FILE:LINE: reason. A turn is a user message and
-everything that answers it; system messages before the first turn are added first.
+everything that answers it; system and developer messages before the first turn are
+added first.
 Each conversation of a file is replayed as its own session, one after another, and
 the summary adds up all their turns.
 

@@ -6,9 +6,11 @@ import shutil
 import time
 from collections.abc import Sequence
 
+from zerda._media import audio_seconds, decoded_size, image_size, split_data_url
 from zerda.messages import Message, Role
+from zerda.parts import AudioPart, FilePart, ImagePart, Part, ReasoningPart, TextPart
 
-__all__ = ["brief", "clip", "local_time", "plural", "size", "table", "terminal_width"]
+__all__ = ["brief", "clip", "describe", "local_time", "plural", "size", "table", "terminal_width"]
 
 
 def table(rows: Sequence[Sequence[object]], align: str, indent: str = "") -> list[str]:
@@ -70,18 +72,101 @@ def clip(text: str, width: int) -> str:
 
 
 def brief(message: Message) -> str:
-    """One line for a message: its text, its tool calls as ``-> name(arguments)``, and for a
-    tool result the id of the call it answers, ``[call_1] {...}``."""
+    """One line for a message: its text and parts (media described, never their data), its
+    tool calls as ``-> name(arguments)``, and for a tool result the id of the call it answers,
+    ``[call_1] {...}``."""
     parts = []
     if message.name is not None:
         parts.append(f"({message.name})")
     if message.role is Role.TOOL:
         parts.append(f"[{message.tool_call_id}]")
-    if message.content:
-        parts.append(_one_line(message.content))
-    elif message.content == "" and not message.tool_calls:
+    content = message.content
+    shown = (
+        " ".join(filter(None, map(describe, content)))
+        if isinstance(content, tuple)
+        else _one_line(content or "")
+    )
+    if shown:
+        parts.append(shown)
+    elif content is not None and not message.tool_calls:
         parts.append('""')
     if message.tool_calls:
         calls = ", ".join(f"{c.name}({_one_line(c.arguments)})" for c in message.tool_calls)
         parts.append(f"-> {calls}")
     return " ".join(parts)
+
+
+def describe(part: Part) -> str:
+    """A part on one line: its text, or a short bracketed description for the others:
+    ``[image png 1024x768 high]``, ``[audio wav 3.2 s]``, ``[file report.pdf 120 KiB]``,
+    ``[reasoning: first, ...]``."""
+    if type(part) is TextPart:
+        return _one_line(part.text)
+    words: list[str]
+    if type(part) is ImagePart:
+        words = ["image", *_source(part.url, part.file_id, image=True)]
+        if part.detail is not None:
+            words.append(part.detail)
+    elif type(part) is AudioPart:
+        seconds = audio_seconds(part.data)
+        length = _short_size(decoded_size(part.data)) if seconds is None else _seconds(seconds)
+        words = ["audio", _one_line(part.format), length]
+    elif type(part) is FilePart:
+        if part.filename is not None:
+            words = ["file", clip(_one_line(part.filename), _NAME_WIDTH)]
+            if part.data is not None:
+                words.append(_data(part.data, image=False)[-1])
+        elif part.data is not None:
+            words = ["file", *_data(part.data, image=False)]
+        else:
+            words = ["file", *_source(part.url, part.file_id, image=False)]
+    else:
+        assert type(part) is ReasoningPart
+        text = _one_line(part.text)
+        if text:
+            return f"[reasoning: {clip(text, _NAME_WIDTH)}]"
+        return "[reasoning: encrypted]" if part.encrypted is not None else "[reasoning]"
+    return f"[{' '.join(words)}]"
+
+
+_NAME_WIDTH = 40
+
+
+def _source(url: str | None, file_id: str | None, *, image: bool) -> list[str]:
+    """Where a medium is: its type and size for inline data, else its URL, else its file id."""
+    if url is not None and url.startswith("data:"):
+        return _data(url, image=image)
+    if url is not None:
+        return [clip(_one_line(url), _NAME_WIDTH)]
+    return [clip(_one_line(file_id or ""), _NAME_WIDTH)]
+
+
+def _data(data: str, *, image: bool) -> list[str]:
+    """Inline data as its type and its size (an image's in pixels when its header says)."""
+    inline = split_data_url(data)
+    if inline is None:  # another data: URL (or not one): its type if it says one, its size
+        header, _, payload = data.partition(",") if data.startswith("data:") else ("", "", data)
+        n = decoded_size(payload) if header.endswith(";base64") else len(payload)
+        return [header[5:].split(";")[0] or "data", _short_size(n)]
+    media_type, encoded = inline
+    pixels = image_size(data) if image else None
+    return [
+        media_type.split("/")[-1] if image else media_type,
+        f"{pixels[0]}x{pixels[1]}" if pixels else _short_size(decoded_size(encoded)),
+    ]
+
+
+def _short_size(n: int) -> str:
+    """``812 B``, ``48 KiB``, ``1.2 MiB``."""
+    if n < 1024:
+        return f"{n} B"
+    value, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"

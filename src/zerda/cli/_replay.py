@@ -20,7 +20,7 @@ from zerda.memory import (
     ConversationSummaryBufferMemory,
     ConversationTokenBufferMemory,
 )
-from zerda.messages import Message, Role
+from zerda.messages import PINNED, Message, Role
 from zerda.stores import InMemoryStore
 from zerda.tokens import TokenCounter
 
@@ -126,7 +126,8 @@ class TurnBatch:
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
-    """A conversation cut for replay: the system messages before its first turn, then turns."""
+    """A conversation cut for replay: the pinned (system and developer) messages before its
+    first turn, then turns."""
 
     number: int
     pinned: tuple[Message, ...]
@@ -136,10 +137,10 @@ class Conversation:
 def conversations(parsed: Parsed) -> list[Conversation]:
     """The file's conversations (one for a file of one message a line), cut into turns.
 
-    A turn opens at each user message (or at the first message that is not a system message,
-    such as an assistant's greeting) and holds everything up to the next one, as
-    ``zerda.group_turns`` groups them; system messages stay where they are in the batch that
-    adds them (memories pin them), and those before the first turn are added first, on their own.
+    A turn opens at each user message (or at the first message that is not pinned, such as an
+    assistant's greeting) and holds everything up to the next one, as ``zerda.group_turns``
+    groups them; system and developer messages stay where they are in the batch that adds them
+    (memories pin them), and those before the first turn are added first, on their own.
     """
     found = []
     for number, (start, end) in enumerate(parsed.spans(), 1):
@@ -147,7 +148,7 @@ def conversations(parsed: Parsed) -> list[Conversation]:
         cuts: list[int] = []
         for i in range(start, end):
             role = parsed.messages[i].role
-            if role is Role.USER or (not cuts and role is not Role.SYSTEM):
+            if role is Role.USER or (not cuts and role not in PINNED):
                 cuts.append(i)
             elif not cuts:
                 pinned.append(parsed.messages[i])
@@ -459,7 +460,9 @@ def run_command(
     found = conversations(parsed)
     total_turns = sum(len(c.turns) for c in found)
     if not total_turns:
-        raise ZerdaError(f"{name} holds no turns (only system messages); nothing to replay")
+        raise ZerdaError(
+            f"{name} holds no turns (only system and developer messages); nothing to replay"
+        )
     runs = []
     full = full_history(found, counter)
     progress = Progress(err, total_turns * len(settings))

@@ -11,9 +11,11 @@ with ``RunnableWithMessageHistory`` through a ``get_session_history`` factory::
         )
 
 :func:`to_langchain` and :func:`from_langchain` convert single messages, losslessly for
-Zerda messages: ``from_langchain(to_langchain(m)) == m``. Zerda's ``metadata`` and
-``created_at``, ``id`` (and tool-call arguments that would not survive a JSON round trip) travel in
-``additional_kwargs["zerda"]``, which chat model integrations do not send to the model.
+Zerda messages: ``from_langchain(to_langchain(m)) == m``. Content parts are LangChain's
+standard content blocks; a developer message is a ``SystemMessage`` marked as langchain-openai
+marks one. Zerda's ``metadata``, ``created_at`` and ``id`` (and tool calls, and parts, that
+LangChain's fields would not give back exactly) travel in ``additional_kwargs["zerda"]``, which
+chat model integrations do not send to the model.
 """
 
 from __future__ import annotations
@@ -22,10 +24,18 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from zerda._media import data_url, split_data_url
 from zerda.errors import ConfigurationError, InvalidMessageError
 from zerda.integrations._json import json_or_none
+from zerda.integrations._parts import (
+    kept,
+    restored,
+    round_trips,
+    with_kept,
+)
 from zerda.memory import BaseMemory
 from zerda.messages import Message, Role, ToolCall
+from zerda.parts import AudioPart, FilePart, ImagePart, Part, ReasoningPart, TextPart
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -58,6 +68,267 @@ ZERDA_KEY = "zerda"
 """The ``additional_kwargs`` key under which :func:`to_langchain` keeps what LangChain's
 message fields cannot hold."""
 
+_OPENAI_ROLE = "__openai_role__"
+"""langchain-openai's mark on a ``SystemMessage`` that is a developer message, both ways."""
+
+# -- content parts <-> LangChain content blocks ----------------------------------------------
+
+_FORMAT = "langchain"
+"""The format name under which a part's ``extra`` keeps the block fields Zerda does not model
+(a block ``id``, ``annotations``, other ``extras``), and the block's type when it was not a
+standard one (an Anthropic ``thinking`` block, an OpenAI ``image_url``), so that it goes back in
+the shape it came in."""
+
+_TOOL_BLOCKS = frozenset({"tool_use", "tool_call", "invalid_tool_call", "tool_call_chunk"})
+_BLOCK_TYPES = (
+    "text, image, audio, file, reasoning (and image_url, input_audio, OpenAI's file, thinking, "
+    "redacted_thinking, and LangChain 0.3's source_type blocks)"
+)
+
+
+def _part_block(part: Part) -> dict[str, Any]:
+    """The LangChain content block for ``part``: a standard block (``text``, ``image``,
+    ``audio``, ``file``, ``reasoning``), or the shape :func:`from_langchain` read it in."""
+    fields = kept(part, _FORMAT)
+    shape = fields.pop("type", None)
+    raw = fields.pop("extras", None)
+    extras: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
+    block: dict[str, Any]
+    if type(part) is TextPart:
+        block = {"type": "text", "text": part.text}
+    elif type(part) is ImagePart:
+        if shape == "image_url" and part.url is not None:
+            image: dict[str, Any] = {"url": part.url}
+            if part.detail is not None:
+                image["detail"] = part.detail
+            block = {"type": "image_url", "image_url": image}
+        else:
+            inline = split_data_url(part.url) is not None
+            block = {"type": "image"}
+            _source(
+                block,
+                url=None if inline else part.url,
+                data=part.url if inline else None,
+                media_type=part.media_type,
+            )
+            if part.file_id is not None:
+                block["file_id"] = part.file_id
+            if part.detail is not None:
+                extras["detail"] = part.detail
+    elif type(part) is AudioPart:
+        block = {"type": "audio", "base64": part.data, "mime_type": f"audio/{part.format}"}
+    elif type(part) is FilePart:
+        block = {"type": "file"}
+        _source(block, url=part.url, data=part.data, media_type=part.media_type)
+        if part.file_id is not None:
+            block["file_id"] = part.file_id
+        if part.filename is not None:
+            extras["filename"] = part.filename
+    else:
+        assert type(part) is ReasoningPart
+        if shape == "thinking" and part.encrypted is None:
+            block = {"type": "thinking", "thinking": part.text}
+            if part.signature is not None:
+                block["signature"] = part.signature
+        elif shape == "redacted_thinking" and part.encrypted is not None:
+            block = {"type": "redacted_thinking", "data": part.encrypted}
+        else:
+            block = {"type": "reasoning", "reasoning": part.text}
+            if part.signature is not None:
+                extras["signature"] = part.signature
+            if part.encrypted is not None:
+                extras["encrypted_content"] = part.encrypted
+    if extras:
+        block["extras"] = extras
+    return {**fields, **block}
+
+
+def _source(
+    block: dict[str, Any], *, url: str | None, data: str | None, media_type: str | None
+) -> None:
+    """A data block's source in ``block``: ``base64`` and ``mime_type`` for a ``data:`` URL,
+    ``url`` for a URL, and the media type as ``mime_type`` when the data does not give one."""
+    if data is not None:
+        inline = split_data_url(data)
+        # Data that is not a data: URL goes as it is; the bookkeeping keeps it exactly.
+        mime_type, base64 = inline or (media_type or "application/octet-stream", data)
+        block["base64"] = base64
+        block["mime_type"] = mime_type
+    if url is not None:
+        block["url"] = url
+    if media_type is not None and "mime_type" not in block:
+        block["mime_type"] = media_type
+
+
+def _block_part(block: object, *, ai: bool = False) -> Part | None:
+    """The part for a LangChain content block; ``None`` for an ``AIMessage``'s tool-call
+    blocks (the calls are in its ``tool_calls``)."""
+    if isinstance(block, str):
+        return TextPart(block)
+    if not isinstance(block, Mapping):
+        raise InvalidMessageError(
+            f"a content block must be a string or a dict, got {type(block).__name__}"
+        )
+    kind = block.get("type")
+    if ai and kind in _TOOL_BLOCKS:
+        return None
+    fields = dict(_from_v0(block) if "source_type" in block else block)
+    fields.pop("type", None)
+    raw = fields.pop("extras", None)
+    extras: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
+    if raw is not None and not isinstance(raw, Mapping):
+        fields["extras"] = raw
+    take = fields.pop
+
+    def extra(shape: str | None = None) -> dict[str, Any]:
+        """What is left of the block, kept in the part's extra."""
+        if extras:
+            fields["extras"] = extras
+        if shape is not None:
+            fields["type"] = shape
+        return with_kept(fields, _FORMAT)
+
+    if kind in ("image", "file", "document") and "source" in fields:
+        raise InvalidMessageError(
+            f"an Anthropic-style {kind} block (with 'source'); give LangChain's standard "
+            "image or file block (url, base64 with mime_type, or file_id)"
+        )
+    if kind == "text":
+        return TextPart(take("text", None), extra=extra())
+    if kind == "image_url":
+        url, detail = _image_url(take("image_url", None))
+        return ImagePart(url, detail=detail, extra=extra("image_url"))
+    if kind == "input_audio":
+        audio = take("input_audio", None)
+        if not isinstance(audio, Mapping):
+            raise InvalidMessageError("an input_audio block needs an input_audio dict")
+        return AudioPart(audio.get("data"), audio.get("format"), extra=extra())  # type: ignore[arg-type]
+    if kind == "file" and "file" in fields:  # OpenAI's file part
+        file = take("file")
+        if not isinstance(file, Mapping):
+            raise InvalidMessageError("a file block's file must be a dict")
+        return FilePart(
+            file.get("file_data"),
+            file_id=file.get("file_id"),
+            filename=file.get("filename"),
+            extra=extra(),
+        )
+    if kind in ("image", "file"):
+        url, mime_type = take("url", None), take("mime_type", None)
+        data = take("base64", None)
+        if data is not None:
+            if not isinstance(mime_type, str) or not isinstance(data, str):
+                raise InvalidMessageError(f"a base64 {kind} block needs its mime_type")
+            data, mime_type = data_url(mime_type, data), None
+        if kind == "image":
+            if data is not None and url is not None:
+                fields["url"] = url  # LangChain's own second source, kept as it is
+            return ImagePart(
+                data if data is not None else url,
+                file_id=take("file_id", None),
+                detail=extras.pop("detail", None),
+                media_type=mime_type,
+                extra=extra(),
+            )
+        return FilePart(
+            data,
+            file_id=take("file_id", None),
+            url=url,
+            filename=extras.pop("filename", None) or take("filename", None),
+            media_type=mime_type,
+            extra=extra(),
+        )
+    if kind == "audio":
+        data, mime_type = take("base64", None), take("mime_type", None)
+        if not isinstance(data, str) or not isinstance(mime_type, str):
+            raise InvalidMessageError(
+                "an audio block needs base64 data and its mime_type (Zerda keeps audio as "
+                "data, not by url or file id)"
+            )
+        return AudioPart(data, mime_type.split("/")[-1], extra=extra())
+    if kind == "reasoning":
+        return ReasoningPart(
+            take("reasoning", None) or "",
+            signature=extras.pop("signature", None),
+            encrypted=extras.pop("encrypted_content", None),
+            extra=extra(),
+        )
+    if kind == "thinking":
+        return ReasoningPart(
+            take("thinking", None) or "",
+            signature=take("signature", None),
+            extra=extra("thinking"),
+        )
+    if kind == "redacted_thinking":
+        return ReasoningPart("", encrypted=take("data", None), extra=extra("redacted_thinking"))
+    raise InvalidMessageError(f"a {kind!r} content block; Zerda keeps {_BLOCK_TYPES}")
+
+
+def _image_url(value: object) -> tuple[Any, Any]:
+    """The url and detail of an OpenAI ``image_url`` (a dict, or a bare URL string)."""
+    if isinstance(value, str):
+        return value, None
+    if not isinstance(value, Mapping) or set(value) - {"url", "detail"}:
+        raise InvalidMessageError(
+            f"an image_url block's image_url must be a URL or {{'url': ..., 'detail': ...}}, "
+            f"got {value!r:.80}"
+        )
+    return value.get("url"), value.get("detail")
+
+
+def _from_v0(block: Mapping[str, Any]) -> dict[str, Any]:
+    """A LangChain 0.3 data block (``source_type`` url, base64 or id) as a standard one."""
+    out = {k: v for k, v in block.items() if k not in ("source_type", "data", "id")}
+    source = block.get("source_type")
+    if source == "base64":
+        out["base64"] = block.get("data")
+    elif source == "id":
+        out["file_id"] = block.get("id")
+    elif source != "url":
+        raise InvalidMessageError(
+            f"a {block.get('type')!r} block with source_type {source!r}; Zerda reads url, "
+            "base64 and id"
+        )
+    return out
+
+
+def _content_blocks(parts: tuple[Part, ...], extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """The blocks for ``parts``; each part that would not come back exactly from its block is
+    kept whole in ``extra["parts"]``, by index."""
+    blocks = []
+    saved: dict[str, Any] = {}
+    for i, part in enumerate(parts):
+        block = _part_block(part)
+        if not round_trips(part, block, _block_part):
+            saved[str(i)] = part.to_dict()
+        blocks.append(block)
+    if saved:
+        extra["parts"] = saved
+    return blocks
+
+
+def _content(message: BaseMessage, saved: Mapping[str, Any]) -> str | tuple[Part, ...]:
+    """The message's content: its text, or its content blocks as parts (an ``AIMessage``'s
+    tool-call blocks left out: the calls are in its ``tool_calls``)."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    ai = isinstance(message, AIMessage)
+    parts: list[Part] = []
+    for i, block in enumerate(content):
+        part = restored(saved.get("parts"), i, block, _part_block)
+        if part is None:
+            try:
+                part = _block_part(block, ai=ai)
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(
+                    f"{type(message).__name__} content block {i}: {exc}"
+                ) from None
+        if part is not None:
+            parts.append(part)
+    return tuple(parts) if parts else ""
+
+
 # -- Zerda -> LangChain --------------------------------------------------------------------
 
 
@@ -71,8 +342,13 @@ def _parsed_args(call: ToolCall) -> dict[str, Any] | None:
 
 
 def _exact(call: ToolCall, args: dict[str, Any] | None) -> bool:
-    """Whether ``from_langchain`` rebuilds this call's arguments text exactly from ``args``."""
-    return call.type == "function" and args is not None and json.dumps(args) == call.arguments
+    """Whether ``from_langchain`` rebuilds this call exactly from ``args``."""
+    return (
+        call.type == "function"
+        and not call.extra
+        and args is not None
+        and json.dumps(args) == call.arguments
+    )
 
 
 def to_langchain(message: Message) -> BaseMessage:
@@ -80,9 +356,12 @@ def to_langchain(message: Message) -> BaseMessage:
 
     user -> ``HumanMessage``, assistant -> ``AIMessage`` (tool calls as ``tool_calls``, with
     ``args`` parsed from the JSON text; a call whose text is not a JSON object goes to
-    ``invalid_tool_calls``), tool -> ``ToolMessage``, system -> ``SystemMessage``. ``name`` is
-    kept; ``metadata``, ``created_at``, ``id`` and anything else needed to rebuild the message
-    exactly go in ``additional_kwargs["zerda"]``.
+    ``invalid_tool_calls``), tool -> ``ToolMessage``, system -> ``SystemMessage``, developer
+    -> ``SystemMessage`` marked ``additional_kwargs["__openai_role__"] = "developer"`` (as
+    ``langchain-openai`` marks it, and sends it as a developer message). Content parts
+    become LangChain's standard content blocks (``text``, ``image``, ``audio``, ``file``,
+    ``reasoning``). ``name`` is kept; ``metadata``, ``created_at``, ``id`` and anything else
+    needed to rebuild the message exactly go in ``additional_kwargs["zerda"]``.
     """
     if not isinstance(message, Message):
         raise InvalidMessageError(
@@ -95,8 +374,13 @@ def to_langchain(message: Message) -> BaseMessage:
         extra["created_at"] = message.created_at
     if message.id is not None:
         extra["id"] = message.id
-    fields: dict[str, Any] = {"content": "" if message.content is None else message.content}
-    if message.content is None:
+    content = message.content
+    fields: dict[str, Any] = {"content": ""}
+    if isinstance(content, tuple):
+        fields["content"] = _content_blocks(content, extra)
+    elif content is not None:
+        fields["content"] = content
+    else:
         extra["content_none"] = True
     if message.name is not None:
         fields["name"] = message.name
@@ -108,15 +392,15 @@ def to_langchain(message: Message) -> BaseMessage:
             fields["response_metadata"] = dict(saved["response_metadata"])
         if message.role is Role.TOOL and saved.get("status") in ("success", "error"):
             fields["status"] = saved["status"]
-    if extra:
-        fields["additional_kwargs"] = {ZERDA_KEY: extra}
 
     if message.role is Role.USER:
-        return HumanMessage(**fields)
+        return HumanMessage(**_with_kwargs(fields, extra))
     if message.role is Role.SYSTEM:
-        return SystemMessage(**fields)
+        return SystemMessage(**_with_kwargs(fields, extra))
+    if message.role is Role.DEVELOPER:
+        return SystemMessage(**_with_kwargs(fields, extra, {_OPENAI_ROLE: "developer"}))
     if message.role is Role.TOOL:
-        return ToolMessage(tool_call_id=message.tool_call_id, **fields)
+        return ToolMessage(tool_call_id=message.tool_call_id, **_with_kwargs(fields, extra))
     tool_calls: list[LCToolCall] = []
     invalid: list[InvalidToolCall] = []
     all_exact = True
@@ -135,9 +419,19 @@ def to_langchain(message: Message) -> BaseMessage:
         else:
             tool_calls.append(tool_call(name=call.name, args=args, id=call.id))
     if not all_exact:  # keep the calls as said, in order, so from_langchain restores them
-        extra["tool_calls"] = [call.to_openai() for call in message.tool_calls]
-        fields["additional_kwargs"] = {ZERDA_KEY: extra}
-    return AIMessage(tool_calls=tool_calls, invalid_tool_calls=invalid, **fields)
+        extra["tool_calls"] = [call.to_dict() for call in message.tool_calls]
+    return AIMessage(
+        tool_calls=tool_calls, invalid_tool_calls=invalid, **_with_kwargs(fields, extra)
+    )
+
+
+def _with_kwargs(
+    fields: dict[str, Any], extra: dict[str, Any], kwargs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    kwargs = dict(kwargs or {})
+    if extra:
+        kwargs[ZERDA_KEY] = extra
+    return {**fields, "additional_kwargs": kwargs} if kwargs else fields
 
 
 def to_langchain_messages(messages: Iterable[Message]) -> list[BaseMessage]:
@@ -148,37 +442,13 @@ def to_langchain_messages(messages: Iterable[Message]) -> list[BaseMessage]:
 # -- LangChain -> Zerda --------------------------------------------------------------------
 
 
-def _text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for part in content:
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, Mapping) and part.get("type") == "text":
-            parts.append(str(part.get("text", "")))
-        elif (
-            isinstance(message, AIMessage)
-            and isinstance(part, Mapping)
-            and part.get("type") in ("tool_use", "tool_call")
-        ):
-            continue  # the call itself is in message.tool_calls
-        else:
-            kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
-            raise InvalidMessageError(
-                f"{type(message).__name__} has a {kind!r} content part; Zerda keeps text only "
-                "(text parts are joined)"
-            )
-    return "".join(parts)
-
-
 _CHAT_ROLES = {
     "user": Role.USER,
     "human": Role.USER,
     "assistant": Role.ASSISTANT,
     "ai": Role.ASSISTANT,
     "system": Role.SYSTEM,
+    "developer": Role.DEVELOPER,
 }
 
 
@@ -188,7 +458,8 @@ def _role_of(message: BaseMessage) -> Role:
     if isinstance(message, AIMessage):
         return Role.ASSISTANT
     if isinstance(message, SystemMessage):
-        return Role.SYSTEM
+        developer = message.additional_kwargs.get(_OPENAI_ROLE) == "developer"
+        return Role.DEVELOPER if developer else Role.SYSTEM
     if isinstance(message, ToolMessage):
         return Role.TOOL
     if isinstance(message, ChatMessage) and message.role in _CHAT_ROLES:
@@ -222,7 +493,7 @@ def _calls(message: AIMessage, saved: Any) -> tuple[ToolCall, ...]:
         c.get("id") for c in message.invalid_tool_calls
     ]
     if isinstance(saved, list):
-        calls = tuple(ToolCall.from_openai(c) for c in saved)
+        calls = tuple(ToolCall.from_openai(c, extra=True) for c in saved)
         if sorted(map(str, ids)) == sorted(c.id for c in calls):
             return calls  # the calls exactly as the model made them
     out = [
@@ -242,11 +513,15 @@ def from_langchain(message: BaseMessage) -> Message:
     :func:`to_langchain`.
 
     ``HumanMessage``, ``AIMessage`` (``tool_calls`` and ``invalid_tool_calls``), ``ToolMessage``
-    and ``SystemMessage`` convert, as does a ``ChatMessage`` whose role is user, assistant or
-    system. A content list is joined from its text parts (an ``AIMessage``'s ``tool_use``
-    parts are skipped: the calls are in ``tool_calls``); any other part, and any other message
-    type, raises :class:`~zerda.errors.InvalidMessageError`. LangChain's ``id``,
-    ``response_metadata``, ``usage_metadata`` and a tool message's error ``status`` are kept in
+    and ``SystemMessage`` (a developer message when marked ``__openai_role__``) convert, as
+    does a ``ChatMessage`` whose role is user, assistant, system or developer. A content list
+    becomes content parts: LangChain's standard ``text``, ``image``, ``audio``, ``file`` and
+    ``reasoning`` blocks, OpenAI's ``image_url``, ``input_audio`` and ``file`` parts,
+    Anthropic's ``thinking`` and ``redacted_thinking``, and LangChain 0.3's ``source_type``
+    blocks (an ``AIMessage``'s tool-call blocks are skipped: the calls are in ``tool_calls``);
+    any other block, and any other message type, raises
+    :class:`~zerda.errors.InvalidMessageError`. LangChain's ``id``, ``response_metadata``,
+    ``usage_metadata`` and a tool message's error ``status`` are kept in
     ``metadata["langchain"]`` (:func:`to_langchain` puts back all but ``usage_metadata``).
     """
     if not isinstance(message, BaseMessage):
@@ -261,7 +536,7 @@ def from_langchain(message: BaseMessage) -> Message:
     else:
         lc = _langchain_metadata(message)
         metadata = {"langchain": lc} if lc else {}
-    content: str | None = _text(message)
+    content: str | tuple[Part, ...] | None = _content(message, saved)
     tool_calls: tuple[ToolCall, ...] = ()
     if isinstance(message, AIMessage):
         tool_calls = _calls(message, saved.get("tool_calls"))

@@ -10,10 +10,11 @@ take a ``ChatMemoryBuffer``::
     engine = SimpleChatEngine.from_defaults(llm=llm, memory=memory)
 
 :func:`to_llama_index` and :func:`from_llama_index` convert single messages, losslessly for
-Zerda messages: ``from_llama_index(to_llama_index(m)) == m``. Tool calls are
+Zerda messages: ``from_llama_index(to_llama_index(m)) == m``. Content parts are ``TextBlock``,
+``ImageBlock``, ``AudioBlock``, ``DocumentBlock`` and ``ThinkingBlock`` blocks, tool calls
 ``ToolCallBlock`` blocks (arguments kept as the exact JSON text), a tool result carries
 ``additional_kwargs["tool_call_id"]``, and what LlamaIndex has no field for (Zerda's
-``metadata``, ``created_at`` and ``id``, a message ``name``) travels in
+``metadata``, ``created_at`` and ``id``, a message ``name``, a provider's file id) travels in
 ``additional_kwargs["zerda"]``.
 ``ZerdaMemory.get()``, whose messages go to a model, leaves that key out: completion-style
 LLMs print ``additional_kwargs`` into the prompt.
@@ -21,20 +22,34 @@ LLMs print ``additional_kwargs`` into the prompt.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from io import IOBase
+from pathlib import Path
 from typing import Any
 
+from zerda._media import data_url, split_data_url
 from zerda.errors import ConfigurationError, InvalidMessageError
 from zerda.integrations._json import json_or_none
+from zerda.integrations._parts import (
+    kept,
+    restored,
+    round_trips,
+    with_kept,
+)
 from zerda.memory import BaseMemory, ConversationBufferMemory, ConversationTokenBufferMemory
 from zerda.messages import Message, Role, ToolCall
+from zerda.parts import AudioPart, FilePart, ImagePart, Part, ReasoningPart, TextPart
 from zerda.stores import AsyncStore, Store
 from zerda.tokens import TokenCounter
 
 try:
     from llama_index.core.base.llms.types import (
+        AudioBlock,
         ChatMessage,
+        DocumentBlock,
+        ImageBlock,
         MessageRole,
         TextBlock,
         ThinkingBlock,
@@ -65,17 +80,189 @@ _TO_ROLE = {
     Role.USER: MessageRole.USER,
     Role.ASSISTANT: MessageRole.ASSISTANT,
     Role.SYSTEM: MessageRole.SYSTEM,
+    Role.DEVELOPER: MessageRole.DEVELOPER,
     Role.TOOL: MessageRole.TOOL,
 }
 _FROM_ROLE = {
     MessageRole.USER: Role.USER,
     MessageRole.ASSISTANT: Role.ASSISTANT,
     MessageRole.SYSTEM: Role.SYSTEM,
+    MessageRole.DEVELOPER: Role.DEVELOPER,
     MessageRole.TOOL: Role.TOOL,
-    MessageRole.DEVELOPER: Role.SYSTEM,  # OpenAI's newer name for system
     MessageRole.CHATBOT: Role.ASSISTANT,  # Cohere's name for assistant
     MessageRole.MODEL: Role.ASSISTANT,  # Gemini's name for assistant
 }
+
+# -- content parts <-> LlamaIndex content blocks ---------------------------------------------
+
+_FORMAT = "llama_index"
+"""The format name under which a part's ``extra`` keeps the block fields Zerda does not model:
+an image, audio or document ``path``, a thinking block's ``num_tokens`` and other
+``additional_information``."""
+
+_TITLE = "input_document"
+"""The title LlamaIndex gives a ``DocumentBlock`` that has none."""
+
+_Block = TextBlock | ImageBlock | AudioBlock | DocumentBlock | ThinkingBlock
+
+
+def _part_block(part: Part) -> _Block:
+    """The LlamaIndex block for ``part``. An image or a file known only by a provider's file
+    id, which LlamaIndex has no field for, is a block without a source."""
+    fields = kept(part, _FORMAT)
+    path = fields.get("path")
+    if type(part) is TextPart:
+        return TextBlock(text=part.text)
+    if type(part) is ImagePart:
+        image: dict[str, Any] = {"detail": part.detail, "image_mimetype": part.media_type}
+        inline = split_data_url(part.url)
+        if inline is not None and part.media_type is None:
+            image["image_mimetype"], data = inline
+            image["image"] = data.encode("ascii", "replace")
+            if isinstance(fields.get("url"), str):  # the block's second source
+                image["url"] = fields["url"]
+        elif part.url is not None:
+            image["url"] = part.url
+        if isinstance(path, str) and Path(path).is_file():
+            image["path"] = path
+        try:
+            return ImageBlock(**image)
+        except ValueError:  # a URL pydantic does not take; the bookkeeping keeps it
+            image.pop("url", None)
+            return ImageBlock(**image)
+    if type(part) is AudioPart:
+        audio: dict[str, Any] = {"audio": part.data.encode("ascii", "replace")}
+        if isinstance(path, str) and Path(path).is_file():
+            audio["path"] = path
+        return AudioBlock(format=part.format, **audio)
+    if type(part) is FilePart:
+        document: dict[str, Any] = {
+            "url": part.url,
+            "title": part.filename,
+            "document_mimetype": part.media_type,
+        }
+        if part.data is not None:
+            inline = split_data_url(part.data)
+            if inline is not None:
+                mime_type, data = inline
+                document["document_mimetype"] = part.media_type or mime_type
+                document["data"] = data.encode("ascii", "replace")
+            else:  # not a data: URL; the bookkeeping keeps it exactly
+                document["data"] = part.data.encode()
+        if isinstance(path, str):
+            document["path"] = path
+        return DocumentBlock(**document)
+    assert type(part) is ReasoningPart
+    raw = fields.get("additional_information")
+    information = dict(raw) if isinstance(raw, Mapping) else {}
+    if part.signature is not None:
+        information["signature"] = part.signature
+    if part.encrypted is not None:
+        information["encrypted_content"] = part.encrypted
+    tokens = fields.get("num_tokens")
+    return ThinkingBlock(
+        content=part.text,
+        num_tokens=tokens if isinstance(tokens, int) else None,
+        additional_information=information,
+    )
+
+
+def _sendable(block: _Block) -> bool:
+    """Whether a model can be sent ``block``: a media block needs a source."""
+    if isinstance(block, ImageBlock):
+        return block.image is not None or block.url is not None or block.path is not None
+    if isinstance(block, DocumentBlock):
+        return block.data is not None or block.url is not None or block.path is not None
+    return True
+
+
+def _block_part(block: object) -> Part:
+    """The part for a LlamaIndex content block (media given by ``path`` is read now)."""
+    if isinstance(block, TextBlock):
+        return TextPart(block.text)
+    fields: dict[str, Any] = {}
+    if isinstance(block, (ImageBlock, AudioBlock, DocumentBlock)) and block.path is not None:
+        fields["path"] = str(block.path)
+    if isinstance(block, ImageBlock):
+        url = None if block.url is None else str(block.url)
+        media_type = block.image_mimetype
+        if block.image is not None or block.path is not None:
+            if media_type is None:
+                raise InvalidMessageError("an ImageBlock's image needs its image_mimetype")
+            if url is not None:
+                fields["url"] = url  # LlamaIndex's second source, kept as it is
+            url, media_type = data_url(media_type, _base64(block.image, block.path)), None
+        elif url is None:
+            raise InvalidMessageError("an ImageBlock needs an image, a url or a path")
+        elif media_type == ImageBlock(url=url).image_mimetype:
+            media_type = None  # what LlamaIndex guessed from the URL, not given
+        return ImagePart(
+            url, detail=block.detail, media_type=media_type, extra=with_kept(fields, _FORMAT)
+        )
+    if isinstance(block, AudioBlock):
+        if block.audio is None and block.path is None:
+            raise InvalidMessageError(
+                "an AudioBlock by url; Zerda keeps audio as data (give audio= or path=)"
+            )
+        if block.format is None:
+            raise InvalidMessageError("an AudioBlock needs its format")
+        return AudioPart(
+            _base64(block.audio, block.path), block.format, extra=with_kept(fields, _FORMAT)
+        )
+    if isinstance(block, DocumentBlock):
+        media_type = block.document_mimetype
+        data: str | None = None
+        if block.data is not None or (block.path is not None and block.url is None):
+            data = data_url(
+                media_type or "application/octet-stream", _base64(block.data, block.path)
+            )
+            media_type = None
+        elif block.url is None:
+            raise InvalidMessageError("a DocumentBlock needs data, a url or a path")
+        elif media_type == DocumentBlock(url=block.url).document_mimetype:
+            media_type = None  # what LlamaIndex guessed from the URL, not given
+        return FilePart(
+            data,
+            url=block.url,
+            filename=None if block.title == _TITLE else block.title,
+            media_type=media_type,
+            extra=with_kept(fields, _FORMAT),
+        )
+    if isinstance(block, ThinkingBlock):
+        information = dict(block.additional_information)
+        signature, encrypted = (
+            information.pop(key) if isinstance(information.get(key), str) else None
+            for key in ("signature", "encrypted_content")
+        )
+        if information:
+            fields["additional_information"] = information
+        if block.num_tokens is not None:
+            fields["num_tokens"] = block.num_tokens
+        return ReasoningPart(
+            block.content or "",
+            signature=signature,
+            encrypted=encrypted,
+            extra=with_kept(fields, _FORMAT),
+        )
+    raise InvalidMessageError(
+        f"a {type(block).__name__}; Zerda keeps text, image, audio, document, thinking and "
+        "tool call blocks"
+    )
+
+
+def _base64(value: object, path: object) -> str:
+    """Base64 text of a block's data (which LlamaIndex keeps as base64 bytes), or of the file
+    at ``path``."""
+    if isinstance(value, bytes):
+        return value.decode("ascii")
+    if isinstance(value, IOBase):
+        value.seek(0)
+        return base64.b64encode(value.read()).decode("ascii")
+    try:
+        return base64.b64encode(Path(str(path)).read_bytes()).decode("ascii")
+    except OSError as exc:
+        raise InvalidMessageError(f"cannot read the block's file {path}: {exc.strerror}") from exc
+
 
 # -- Zerda -> LlamaIndex -------------------------------------------------------------------
 
@@ -83,32 +270,50 @@ _FROM_ROLE = {
 def to_llama_index(message: Message, *, lossless: bool = True) -> ChatMessage:
     """A Zerda :class:`~zerda.Message` as a LlamaIndex ``ChatMessage``.
 
-    The role maps one to one. Text content is one ``TextBlock`` (none when the content is
-    ``None``); each tool call is a ``ToolCallBlock`` whose ``tool_kwargs`` is the call's
-    exact argument text; a tool result carries ``additional_kwargs["tool_call_id"]``. Zerda's
-    ``metadata``, ``created_at``, ``id`` and ``name`` go in ``additional_kwargs["zerda"]``, unless
-    ``lossless`` is false: then they are left out, as for messages on their way to a model
-    (LlamaIndex's completion-style LLMs print ``additional_kwargs`` into the prompt). What
-    :func:`from_llama_index` kept of a LlamaIndex message in ``metadata["llama_index"]`` is
-    put back either way.
+    The role maps one to one (developer to ``MessageRole.DEVELOPER``). Text content is one
+    ``TextBlock`` (none when the content is ``None``); content parts are ``TextBlock``,
+    ``ImageBlock``, ``AudioBlock``, ``DocumentBlock`` and ``ThinkingBlock`` blocks; each tool
+    call is a ``ToolCallBlock`` whose ``tool_kwargs`` is the call's exact argument text; a
+    tool result carries ``additional_kwargs["tool_call_id"]``. Zerda's ``metadata``,
+    ``created_at``, ``id`` and ``name``, and the parts LlamaIndex's blocks would not give back
+    exactly, go in ``additional_kwargs["zerda"]``, unless ``lossless`` is false: then they
+    are left out, as for messages on their way to a model (LlamaIndex's completion-style LLMs
+    print ``additional_kwargs`` into the prompt), and so are image and file blocks with
+    nothing a model could be sent (a provider's file id only). Other ``additional_kwargs``
+    that :func:`from_llama_index` kept in ``metadata["llama_index"]`` are put back either way.
     """
     if not isinstance(message, Message):
         raise InvalidMessageError(
             f"to_llama_index takes a zerda.Message, got {type(message).__name__}"
         )
-    saved = message.metadata.get("llama_index")
-    saved = saved if isinstance(saved, Mapping) else {}
-    blocks: list[Any] = [ThinkingBlock.model_validate(b) for b in saved.get("thinking", ())]
-    if message.content is not None:
-        blocks.append(TextBlock(text=message.content))
+    extra: dict[str, Any] = {}
+    blocks: list[Any] = []
+    content = message.content
+    if isinstance(content, tuple):
+        saved: dict[str, Any] = {}
+        for i, part in enumerate(content):
+            block = _part_block(part)
+            if lossless and not round_trips(part, block, _block_part):
+                saved[str(i)] = part.to_dict()
+            if lossless or _sendable(block):
+                blocks.append(block)
+        if saved:
+            extra["parts"] = saved
+        if all(type(p) is TextPart for p in content):
+            extra["content_parts"] = True  # else from_llama_index joins the text blocks
+    elif content is not None:
+        blocks.append(TextBlock(text=content))
     blocks.extend(
         ToolCallBlock(tool_call_id=call.id, tool_name=call.name, tool_kwargs=call.arguments)
         for call in message.tool_calls
     )
-    kwargs: dict[str, Any] = dict(saved.get("additional_kwargs") or {})
+    saved_kwargs = message.metadata.get("llama_index")
+    saved_kwargs = (
+        saved_kwargs.get("additional_kwargs") if isinstance(saved_kwargs, Mapping) else None
+    )
+    kwargs: dict[str, Any] = dict(saved_kwargs) if isinstance(saved_kwargs, Mapping) else {}
     if message.tool_call_id is not None:
         kwargs["tool_call_id"] = message.tool_call_id
-    extra: dict[str, Any] = {}
     if message.metadata:
         extra["metadata"] = dict(message.metadata)
     if message.created_at is not None:
@@ -117,12 +322,11 @@ def to_llama_index(message: Message, *, lossless: bool = True) -> ChatMessage:
         extra["id"] = message.id
     if message.name is not None:
         extra["name"] = message.name
-    if any(call.type != "function" for call in message.tool_calls):
-        extra["tool_calls"] = [call.to_openai() for call in message.tool_calls]
+    if any(call.type != "function" or call.extra for call in message.tool_calls):
+        extra["tool_calls"] = [call.to_dict() for call in message.tool_calls]
     if extra and lossless:
         kwargs[ZERDA_KEY] = extra
-    role = MessageRole(saved["role"]) if saved.get("role") == "developer" else None
-    return ChatMessage(role=role or _TO_ROLE[message.role], blocks=blocks, additional_kwargs=kwargs)
+    return ChatMessage(role=_TO_ROLE[message.role], blocks=blocks, additional_kwargs=kwargs)
 
 
 def to_llama_index_messages(
@@ -146,9 +350,10 @@ def _call(block: ToolCallBlock) -> ToolCall:
     return ToolCall(id=block.tool_call_id, name=block.tool_name, arguments=text)
 
 
-def _openai_calls(raw: Any) -> tuple[ToolCall, ...]:
+def _openai_calls(raw: Any, *, extra: bool = False) -> tuple[ToolCall, ...]:
     """Calls from ``additional_kwargs["tool_calls"]`` (OpenAI objects or dicts), as older
-    LlamaIndex LLM integrations recorded them."""
+    LlamaIndex LLM integrations recorded them (with ``extra``: as :func:`to_llama_index`
+    kept them)."""
     if not isinstance(raw, list):
         return ()
     calls = []
@@ -158,42 +363,44 @@ def _openai_calls(raw: Any) -> tuple[ToolCall, ...]:
             raise InvalidMessageError(
                 f"additional_kwargs['tool_calls'] holds a {type(item).__name__}, not a tool call"
             )
-        calls.append(ToolCall.from_openai(data))
+        calls.append(ToolCall.from_openai(data, extra=extra))
     return tuple(calls)
 
 
-def _parts(message: ChatMessage) -> tuple[str | None, list[ToolCall], list[dict[str, Any]]]:
-    """The message's text (``None`` without a text block), tool calls and thinking blocks."""
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    thinking: list[dict[str, Any]] = []
-    for block in message.blocks:
-        if isinstance(block, TextBlock):
-            texts.append(block.text)
-        elif isinstance(block, ToolCallBlock):
-            calls.append(_call(block))
-        elif isinstance(block, ThinkingBlock):
-            thinking.append(block.model_dump(mode="json"))
-        else:
-            raise InvalidMessageError(
-                f"a {message.role.value} ChatMessage has a {type(block).__name__}; Zerda keeps "
-                "text, tool calls and thinking only"
-            )
-    return ("\n".join(texts) if texts else None), calls, thinking
+def _content(message: ChatMessage, saved: Mapping[str, Any]) -> str | tuple[Part, ...] | None:
+    """The message's content: its text blocks joined with newlines (``None`` without any), or,
+    when it has other blocks (images, thinking, ...), its blocks as parts."""
+    blocks = [b for b in message.blocks if not isinstance(b, ToolCallBlock)]
+    if not saved.get("content_parts") and all(isinstance(b, TextBlock) for b in blocks):
+        return "\n".join(b.text for b in blocks) if blocks else None  # type: ignore[union-attr]
+    parts = []
+    for i, block in enumerate(blocks):
+        part = restored(saved.get("parts"), i, block, _part_block)
+        if part is None:
+            try:
+                part = _block_part(block)
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(
+                    f"a {message.role.value} ChatMessage's block {i}: {exc}"
+                ) from None
+        parts.append(part)
+    return tuple(parts) if parts else None
 
 
 def from_llama_index(message: ChatMessage) -> Message:
     """A LlamaIndex ``ChatMessage`` as a Zerda :class:`~zerda.Message`; the inverse of
     :func:`to_llama_index`.
 
-    user, assistant, system and tool messages convert (developer reads as system; chatbot and
-    model, other providers' names, as assistant). Text blocks are joined with newlines, as
-    ``ChatMessage.content`` joins them. Tool calls come from ``ToolCallBlock`` blocks, or,
-    when there are none, from OpenAI-style ``additional_kwargs["tool_calls"]``. A tool result
-    needs ``additional_kwargs["tool_call_id"]`` (or ``"call_id"``). Image, audio, video and
-    document blocks raise :class:`~zerda.errors.InvalidMessageError`. Thinking blocks, other
-    JSON-able ``additional_kwargs`` and a developer role are kept in
-    ``metadata["llama_index"]`` and restored by :func:`to_llama_index`.
+    user, assistant, system, developer and tool messages convert (chatbot and model, other
+    providers' names, as assistant). Text blocks alone are joined with newlines, as
+    ``ChatMessage.content`` joins them; with image, audio, document or thinking blocks the
+    content is parts, in block order (media given by ``path`` is read into the part). Tool
+    calls come from ``ToolCallBlock`` blocks, or, when there are none, from OpenAI-style
+    ``additional_kwargs["tool_calls"]``. A tool result needs
+    ``additional_kwargs["tool_call_id"]`` (or ``"call_id"``). Video, cache and citation
+    blocks, and audio by URL, raise :class:`~zerda.errors.InvalidMessageError`. Other
+    JSON-able ``additional_kwargs`` are kept in ``metadata["llama_index"]`` and restored by
+    :func:`to_llama_index`.
     """
     if not isinstance(message, ChatMessage):
         raise InvalidMessageError(
@@ -203,16 +410,17 @@ def from_llama_index(message: ChatMessage) -> Message:
     if role is None:
         raise InvalidMessageError(
             f"cannot convert a LlamaIndex {message.role.value!r} message to a Zerda message; "
-            "use user, assistant, system or tool"
+            "use user, assistant, system, developer or tool"
         )
-    content, calls, thinking = _parts(message)
     kwargs = dict(message.additional_kwargs)
     extra = kwargs.pop(ZERDA_KEY, None)
     saved: Mapping[str, Any] = extra if isinstance(extra, Mapping) else {}
+    content = _content(message, saved)
+    calls = [_call(b) for b in message.blocks if isinstance(b, ToolCallBlock)]
     tool_call_id = kwargs.pop("tool_call_id", None) or kwargs.pop("call_id", None)
     raw_calls = kwargs.pop("tool_calls", None)
     if isinstance(saved.get("tool_calls"), list):
-        calls = list(_openai_calls(saved["tool_calls"]))
+        calls = list(_openai_calls(saved["tool_calls"], extra=True))
     elif not calls:
         calls = list(_openai_calls(raw_calls))
     name = saved.get("name", kwargs.pop("name", None) if role is Role.TOOL else None)
@@ -224,15 +432,8 @@ def from_llama_index(message: ChatMessage) -> Message:
     if "metadata" in saved or "created_at" in saved or "id" in saved:
         metadata: Mapping[str, Any] = saved.get("metadata") or {}
     else:
-        kept: dict[str, Any] = {}
-        if thinking:
-            kept["thinking"] = thinking
         rest = json_or_none(kwargs)
-        if rest:
-            kept["additional_kwargs"] = rest
-        if message.role is MessageRole.DEVELOPER:
-            kept["role"] = "developer"
-        metadata = {"llama_index": kept} if kept else {}
+        metadata = {"llama_index": {"additional_kwargs": rest}} if rest else {}
     if content is None and not (role is Role.ASSISTANT and calls):
         content = ""
     return Message(
@@ -259,9 +460,10 @@ class ZerdaMemory(LlamaBaseMemory):
     """A LlamaIndex chat memory backed by a Zerda memory.
 
     ``get()`` (and ``aget()``) is what the model should see: the Zerda memory's context, which
-    starts with the pinned system messages, then a user message, converted for the model
-    (``lossless=False``: no Zerda bookkeeping in ``additional_kwargs``). ``get_all()`` is the
-    whole conversation, converted losslessly, so ``set(get_all())`` changes nothing.
+    starts with the pinned system and developer messages, then a user message, converted for
+    the model (``lossless=False``: no Zerda bookkeeping in ``additional_kwargs``).
+    ``get_all()`` is the whole conversation, converted losslessly, so ``set(get_all())``
+    changes nothing.
     ``put_messages`` and ``set`` write one batch; the async twins call the Zerda memory's async
     methods, so an async store is used natively.
     """

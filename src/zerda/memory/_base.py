@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
@@ -10,16 +12,17 @@ from typing import Any, ClassVar, TypeVar
 
 from zerda.errors import (
     ConfigurationError,
-    ContextOverflowError,
     InvalidMessageError,
     ZerdaError,
     warn,
 )
 from zerda.memory._flow import Append, DeleteSession, Flow, History, ReadTail, adrive, drive
-from zerda.messages import Message, Role, Turn, group_turns, stamp_batch
+from zerda.messages import Message, Role, Turn, group_turns, stamp_batch, stamped_batch
+from zerda.policies import REPAIRS, call_ids, repair
 from zerda.stores._base import (
     AsyncOverThread,
     AsyncStore,
+    BoundedCache,
     Store,
     Tail,
     TokenCounts,
@@ -28,6 +31,10 @@ from zerda.stores._base import (
 from zerda.stores._memory import InMemoryStore
 
 T = TypeVar("T")
+
+log = logging.getLogger("zerda.memory")
+# Sessions whose repaired context has been logged already: a WARNING once per session.
+_WARNED: BoundedCache[tuple[int, str], bool] = BoundedCache(4096)
 
 __all__ = ["BaseMemory", "MessageLike"]
 
@@ -40,6 +47,8 @@ also carry ``metadata``, ``created_at`` and ``id``)."""
 NONE_MARK = "zerda:none"
 
 _DEFAULT_SESSION = "default"
+# How far back from a tail's end a read looks for where the last read's checks ended.
+_LOOK_BACK = 256
 
 
 @dataclass(slots=True)  # not frozen: internal, built on every read, and frozen init is slow
@@ -57,7 +66,8 @@ class _View:
     turns_in_context: int
     summary: Sequence[Message] = ()
     truncated: bool = False
-    error: ContextOverflowError | None = None
+    truncated_tokens: int = 0
+    error: ZerdaError | None = None
     system_tokens: int = 0
     summary_tokens: int = 0
     turn_tokens: int = 0
@@ -66,6 +76,8 @@ class _View:
     summary_at: float | None = None
     hint: int | None = None
     summary_state: Any = None
+    # What repair did to the tail, as (kind, turn) pairs: see zerda.policies.repair.
+    repairs: Sequence[tuple[int, int]] = ()
 
     def context(self) -> list[Message]:
         if self.error is not None:
@@ -81,11 +93,30 @@ class _View:
     def context_tokens(self) -> int:
         return self.system_tokens + self.summary_tokens + self.turn_tokens + self.overhead_tokens
 
+    @property
+    def turns_shown(self) -> int:
+        """Turns of the context with a message in it (repair may have emptied a greeting)."""
+        all_starts = self.tail.turn_starts
+        starts = all_starts[bisect.bisect_left(all_starts, self.start) :]
+        if not starts:
+            return 0
+        ends = [*starts[1:], len(self.tail.messages)]
+        return sum(1 for begin, end in zip(starts, ends, strict=True) if end > begin)
+
+    def repair_counts(self) -> dict[str, int]:
+        """What repair did to the turns in the context, by kind."""
+        first = bisect.bisect_left(self.tail.turn_starts, self.start)
+        counts = dict.fromkeys(REPAIRS, 0)
+        for kind, turn in self.repairs:
+            if turn >= first:
+                counts[REPAIRS[kind]] += 1
+        return counts
+
 
 def _seed_value(message: Message | None) -> str | None:
     if message is None or message.metadata.get(NONE_MARK):
         return None
-    return message.content
+    return message.text
 
 
 def turn_dict(turn: Turn) -> dict[str, Any]:
@@ -127,6 +158,9 @@ class BaseMemory(ABC):
     _type_name: ClassVar[str] = "BaseMemory"
     # How many of the newest turns the next read asks for (None: all); views update it.
     _turns_hint: int | None = None
+    # (session, first turn, message id, call ids): the tail from that turn to that message is
+    # valid, and its calls use those ids (and perhaps ids of older messages: a superset).
+    _valid_mark: tuple[str, int, str, frozenset[str]] | None = None
 
     def __init__(
         self,
@@ -137,9 +171,13 @@ class BaseMemory(ABC):
         *,
         store: Store | AsyncStore | None = None,
         session_id: str = _DEFAULT_SESSION,
+        strict: bool = False,
     ) -> None:
         if not isinstance(return_messages, bool):
             raise ConfigurationError(f"return_messages must be a bool, got {return_messages!r}")
+        if not isinstance(strict, bool):
+            raise ConfigurationError(f"strict must be a bool, got {strict!r}")
+        self.strict = strict
         self.return_messages = return_messages
         self.input_key = _check_key(input_key, "input_key")
         self.output_key = _check_key(output_key, "output_key")
@@ -184,6 +222,73 @@ class BaseMemory(ABC):
     def _extra_stats(self, view: _View) -> dict[str, Any]:
         return {}
 
+    def _repaired(self, tail: Tail) -> tuple[Tail, list[tuple[int, int]]]:
+        """``tail`` as every provider takes it (:func:`zerda.policies.repair`), and what was
+        repaired; the store is never changed.
+
+        Remembers the newest message of a tail found valid (a cache, with no effect on what
+        is returned): logs only grow, so the next read checks only what came after it.
+        """
+        first_turn = tail.total_turns - len(tail.turn_starts)
+        messages = tail.messages
+        valid, ids = self._known_valid(tail, first_turn)
+        fixed = repair(messages, tail.tokens, tail.turn_starts, valid, ids)
+        if fixed is None or not fixed.events:  # valid (a repair that changed nothing too)
+            if messages and messages[-1].id is not None:
+                if fixed is not None:
+                    valid, ids = 0, frozenset()
+                ids = ids | call_ids(messages[valid:])
+                if len(ids) > len(messages):
+                    # A valid tail makes at most one call per message (each call has its
+                    # result): the rest left the tail. Start again from the tail's own, so
+                    # that the set stays as small as the tail, not as the session.
+                    ids = call_ids(messages)
+                self._valid_mark = (self.session_id, first_turn, messages[-1].id, ids)
+            return tail, []
+        repaired = Tail(
+            tail.system,
+            fixed.messages,
+            fixed.turn_starts,
+            tail.total_turns,
+            tail.total_messages,
+            fixed.tokens,
+            tail.system_tokens,
+            tail.metadata,
+        )
+        return repaired, fixed.events
+
+    def _known_valid(self, tail: Tail, first_turn: int) -> tuple[int, frozenset[str]]:
+        """How many of ``tail``'s messages an earlier read found valid (see ``_repaired``),
+        and the call ids they (and perhaps older ones) use: those up to the marked message,
+        when the tail starts in the range that read checked and the message is among the
+        newest."""
+        mark = self._valid_mark
+        if mark is None or mark[0] != self.session_id or first_turn < mark[1]:
+            return 0, frozenset()
+        messages, marked = tail.messages, mark[2]
+        low = max(len(messages) - _LOOK_BACK, 0)
+        # Most often a whole turn came since: the marked message ends the turn before it.
+        starts = tail.turn_starts
+        if starts and starts[-1] > low and messages[starts[-1] - 1].id == marked:
+            return starts[-1], mark[3]
+        for i in range(len(messages) - 1, low - 1, -1):
+            if messages[i].id == marked:
+                return i + 1, mark[3]
+        return 0, frozenset()
+
+    def _checked(self, view: _View) -> _View:
+        """``view``, refusing in ``strict`` mode a context that needed repairs."""
+        if self.strict and view.error is None and view.repairs:
+            counts = {k: n for k, n in view.repair_counts().items() if n}
+            if counts:
+                what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items())
+                view.error = InvalidMessageError(
+                    f"session {self.session_id!r}: the context is not valid as stored ({what}); "
+                    "strict=True refuses to repair it (zerda.policies.repair says how each "
+                    "rule works; strict=False repairs the context and leaves the log as is)"
+                )
+        return view
+
     # -- the operations, each written once as a flow (see zerda.memory._flow) ----------------
 
     def _write_flow(self, batch: list[Message]) -> Flow[None]:
@@ -201,9 +306,24 @@ class BaseMemory(ABC):
             if view is not None:
                 if view.hint is not None:
                     self._turns_hint = view.hint
+                if view.repairs:
+                    self._log_repairs(view)
                 return view
             turns = _more(len(tail.turn_starts))
             tail = None
+
+    def _log_repairs(self, view: _View) -> None:
+        key = (id(self.store), self.session_id)
+        if _WARNED.get(key):
+            return
+        counts = {k: n for k, n in view.repair_counts().items() if n}
+        if counts:
+            _WARNED.put(key, True)
+            log.warning(
+                "session %r: the context was repaired for the model (the log is unchanged): %s",
+                self.session_id,
+                ", ".join(f"{k}={n}" for k, n in counts.items()),
+            )
 
     def _totals_flow(self) -> Flow[Tail]:
         tail: Tail = yield ReadTail(self.session_id, 0, None)
@@ -214,6 +334,7 @@ class BaseMemory(ABC):
         return history
 
     def _clear_flow(self) -> Flow[None]:
+        self._valid_mark = None
         yield DeleteSession(self.session_id)
 
     # -- the drivers: sync calls need a sync store; async calls are native over an async
@@ -240,24 +361,15 @@ class BaseMemory(ABC):
     def _prepare(messages: Iterable[MessageLike]) -> list[Message]:
         """Validate a batch and stamp ``created_at`` and ``id``; raises before anything is
         stored."""
-        if isinstance(messages, (Message, Mapping, str, bytes)) or not isinstance(
-            messages, Iterable
+        if type(messages) is not list and (
+            isinstance(messages, (Message, Mapping, str, bytes))
+            or not isinstance(messages, Iterable)
         ):
             raise InvalidMessageError(
                 "add_messages takes a list of messages, got "
                 f"{type(messages).__name__}; use add_message for a single one"
             )
-        batch: list[Message] = []
-        append = batch.append
-        for item in messages:
-            if type(item) is Message:
-                append(item)  # the common case, kept cheap
-                continue
-            try:
-                append(item if isinstance(item, Message) else Message.from_dict(item))
-            except InvalidMessageError as exc:
-                raise InvalidMessageError(f"message {len(batch)}: {exc}") from None
-        return stamp_batch(batch, time.time())
+        return stamped_batch(messages, time.time())
 
     def _seed_turn(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> list[Message]:
         # Check both before building either, so a bad ``outputs`` does not first warn about a
@@ -288,7 +400,7 @@ class BaseMemory(ABC):
         if self.return_messages:
             return dicts
         # The summary (a system message after the pinned ones) is part of what the model sees.
-        lines = [f"system: {m.content}" for m in (*view.tail.system, *view.summary)]
+        lines = [f"{m.role.value}: {m.text}" for m in (*view.tail.system, *view.summary)]
         for turn, d in zip(turns, dicts, strict=True):
             if turn.user is not None:
                 lines.append(f"user: {d['input']}")
@@ -325,6 +437,7 @@ class BaseMemory(ABC):
         tail = view.tail
         stats: dict[str, Any] = {
             "type": self._type_name,
+            "repairs": view.repair_counts(),
             "message_count": len(turns),
             "total_messages": len(tail.system) + sum(len(t.messages) for t in turns),
             "total_characters": characters,

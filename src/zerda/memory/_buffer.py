@@ -22,7 +22,8 @@ class ConversationBufferMemory(BaseMemory):
     _type_name: ClassVar[str] = "ConversationBufferMemory"
 
     def _fit(self, tail: Tail) -> _View:
-        return _View(tail, 0, len(tail.turn_starts))
+        tail, repairs = self._repaired(tail)
+        return self._checked(_View(tail, 0, len(tail.turn_starts), repairs=repairs))
 
 
 class ConversationBufferWindowMemory(BaseMemory):
@@ -43,8 +44,10 @@ class ConversationBufferWindowMemory(BaseMemory):
         return self.k
 
     def _fit(self, tail: Tail) -> _View:
+        tail, repairs = self._repaired(tail)
         start = window_start(tail.turn_starts, len(tail.messages), self.k)
-        return _View(tail, start, min(self.k, len(tail.turn_starts)))
+        view = _View(tail, start, min(self.k, len(tail.turn_starts)), repairs=repairs)
+        return self._checked(view)
 
     def _extra_stats(self, view: _View) -> dict[str, Any]:
         return {"window_size": self.k, "is_full": view.tail.total_turns >= self.k}

@@ -46,8 +46,11 @@ class Request(Protocol[T_co]):
 Flow = Generator["Request[Any]", Any, T]
 """An operation written once: it yields requests and gets their answers back."""
 
+# Requests are slotted dataclasses, not frozen: one is built for every operation, and a frozen
+# dataclass sets each field through object.__setattr__. Nothing changes them once built.
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class ReadTail:
     """The session's newest ``turns`` turns and its metadata: one round trip."""
 
@@ -62,7 +65,7 @@ class ReadTail:
         return await store.atail(self.session_id, self.turns, self.counter)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Append:
     """Append a batch (idempotent by message id); how many messages were stored."""
 
@@ -77,7 +80,7 @@ class Append:
         return await store.aappend(self.session_id, self.messages, self.tokens)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AppendThenTail:
     """Append a batch, then read the tail as it is right after: one round trip."""
 
@@ -98,7 +101,7 @@ class AppendThenTail:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CompareAndSet:
     """Set one metadata key if it still holds ``expected``; whether it did."""
 
@@ -114,7 +117,7 @@ class CompareAndSet:
         return await store.acompare_and_set(self.session_id, self.key, self.expected, self.value)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class History:
     """Every stored message of the session."""
 
@@ -127,7 +130,7 @@ class History:
         return await store.ahistory(self.session_id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeleteSession:
     """Forget the session; whether it existed."""
 
@@ -140,7 +143,7 @@ class DeleteSession:
         return await store.adelete_session(self.session_id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Summarize:
     """Fold ``messages`` into ``previous``: a summarizer call, which may raise
     :class:`~zerda.SummarizerError` into the flow."""

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from zerda.errors import ConfigurationError, SummarizerError
+from zerda.errors import ConfigurationError, ContextOverflowError, SummarizerError
 from zerda.memory._base import _View
 from zerda.memory._flow import AppendThenTail, CompareAndSet, Flow, ReadTail, Summarize
 from zerda.memory._token import ConversationTokenBufferMemory
@@ -86,7 +86,6 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         max_token_limit: int = 2000,
         summarizer: Summarizer | None = None,
         *,
-        strict: bool = False,
         background: bool = False,
         summary_prefix: str = DEFAULT_PREFIX,
         token_counter: TokenCounter | Callable[[str], int] | None = None,
@@ -96,8 +95,8 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
             raise ConfigurationError(
                 f"summarizer must implement zerda.summarize.Summarizer, got {summarizer!r}"
             )
-        if not isinstance(strict, bool) or not isinstance(background, bool):
-            raise ConfigurationError("strict and background must be bools")
+        if not isinstance(background, bool):
+            raise ConfigurationError(f"background must be a bool, got {background!r}")
         if not isinstance(summary_prefix, str):
             raise ConfigurationError(f"summary_prefix must be a string, got {summary_prefix!r}")
         super().__init__(max_token_limit, token_counter, **kwargs)
@@ -113,7 +112,6 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         self.summarizer: Summarizer = summarizer or ExtractiveSummarizer(
             max(16, min(self.budget // 4, _DEFAULT_SUMMARY_CAP)), self.token_counter
         )
-        self.strict = strict
         self.background = background
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock: asyncio.Lock | None = None
@@ -171,6 +169,7 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
                 source = yield ReadTail(
                     self.session_id, source.total_turns - stored.turns, self._counter_name()
                 )
+                source = self._repaired(source)[0]
                 if _first_turn(source) > stored.turns or _Stored.of(source.metadata) != stored:
                     # Turns were added or folded meanwhile: start again from what is stored.
                     tail = source
@@ -190,8 +189,9 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
     def _pending(self, view: _View, stored: _Stored) -> int:
         """Turns out of the context and not yet in the summary."""
         first_in_context = view.tail.total_turns - view.turns_in_context
-        if view.error is not None:
+        if isinstance(view.error, ContextOverflowError):
             first_in_context = view.tail.total_turns - 1  # keep the newest turn verbatim
+        # (A strict memory's refusal to repair is no reason to fold: the turns fit.)
         return max(0, first_in_context - stored.turns)
 
     def _record(self, stored: _Stored, pending: int, result: SummaryResult) -> dict[str, Any]:

@@ -10,13 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from zerda._checks import check_json_value
 from zerda.errors import (
     ConfigurationError,
     CorruptDataError,
     InvalidMessageError,
     InvalidSessionIdError,
 )
-from zerda.messages import Message, check_json_value
+from zerda.messages import Message
 
 __all__ = [
     "MAX_SESSION_ID_LENGTH",
@@ -112,13 +113,14 @@ def check_batch(messages: Sequence[Message], tokens: TokenCounts | None) -> None
     for m in messages:
         if not isinstance(m, Message):
             raise ConfigurationError(f"a store appends Message objects, got {type(m).__name__}")
-    ids = [m.id for m in messages if m.id is not None]
-    if len(set(ids)) < len(ids):
-        twice = next(i for n, i in enumerate(ids) if i in ids[:n])
-        raise ConfigurationError(
-            f"the batch holds message id {twice!r} twice; ids identify messages, "
-            "so a batch names each once"
-        )
+    if len({m.id for m in messages}) < len(messages):  # a repeated id, or several None
+        ids = [m.id for m in messages if m.id is not None]
+        if len(set(ids)) < len(ids):
+            twice = next(i for n, i in enumerate(ids) if i in ids[:n])
+            raise ConfigurationError(
+                f"the batch holds message id {twice!r} twice; ids identify messages, "
+                "so a batch names each once"
+            )
     for name, counts in (tokens or {}).items():
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"a counter name must be a non-empty string, got {name!r}")

@@ -8,9 +8,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
-from zerda.messages import Message, Role
+from zerda.messages import PINNED, Message, Role
 from zerda.stores._base import (
     SessionInfo,
     Tail,
@@ -26,7 +27,8 @@ from zerda.stores._base import (
 
 __all__ = ["InMemoryStore"]
 
-_USER, _SYSTEM = Role.USER, Role.SYSTEM
+_USER = Role.USER
+_ID = attrgetter("id")
 
 
 @dataclass(slots=True)
@@ -135,7 +137,7 @@ class InMemoryStore:
         session = self._writable(session_id)
         given: Mapping[str, Sequence[int | None]] = tokens or {}
         held = session.ids
-        if held and not held.isdisjoint([m.id for m in messages]):  # a retry, in part or whole
+        if held and not held.isdisjoint(map(_ID, messages)):  # a retry, in part or whole
             keep = new_ids(messages, held.__contains__)
             messages = [messages[i] for i in keep]
             given = {name: [counts[i] for i in keep] for name, counts in given.items()}
@@ -161,7 +163,8 @@ class InMemoryStore:
         if not system_at or system_at[-1] < begin + base:
             # The common case: no system message among the picked turns; plain slices.
             messages: Sequence[Message] = log[begin:]
-            offsets: Sequence[int] = [s - base - begin for s in starts[len(starts) - n :]]
+            first = begin + base
+            offsets: Sequence[int] = [s - first for s in starts[len(starts) - n :]]
             tokens: Sequence[int | None] = column[begin:] if column is not None else ()
         else:
             picked = [s - base for s in starts[len(starts) - n :]]
@@ -178,10 +181,10 @@ class InMemoryStore:
             messages,
             offsets,
             len(starts),
-            session.message_count,
+            session.system_trimmed + len(log),  # session.message_count
             tokens,
             system_tokens,
-            _copy(session.metadata),
+            _copy(session.metadata) if session.metadata else {},
         )
 
     def history(self, session_id: str) -> list[Message]:
@@ -323,16 +326,16 @@ def _add_batch(
         if m.id is not None:
             ids.add(m.id)
         role = m.role
-        if role is _USER or (not starts and role is not _SYSTEM):
+        if role is _USER or (not starts and role not in PINNED):
             starts.append(i)
-        elif role is _SYSTEM:
+        elif role in PINNED:
             session.system_at.append(i)
             session.system.append(m)
     log.extend(messages)
     _extend_columns(session.tokens, given, len(messages), end - session.base)
     if len(session.system) > system_from:
         system_counts = {
-            name: [c for c, m in zip(counts, messages, strict=True) if m.role is _SYSTEM]
+            name: [c for c, m in zip(counts, messages, strict=True) if m.role in PINNED]
             for name, counts in given.items()
         }
         _extend_columns(
@@ -350,6 +353,10 @@ def _extend_columns(
     before: int,
 ) -> None:
     """Append ``added`` counts to every column, ``None`` where a counter gave none."""
+    if given.keys() == columns.keys():  # the common case: the counters that counted before
+        for name, column in columns.items():
+            column.extend(given[name])
+        return
     for name in given.keys() - columns.keys():
         columns[name] = [None] * before
     for name, column in columns.items():
@@ -399,7 +406,7 @@ def _trim(session: _Session, keep: int) -> None:
     session.system_trimmed = bisect.bisect_left(session.system_at, starts[j])
     # The dropped messages leave history; the system messages among them stay (pinned).
     session.ids.difference_update(
-        m.id for m in session.messages[:cut] if m.id is not None and m.role is not _SYSTEM
+        m.id for m in session.messages[:cut] if m.id is not None and m.role not in PINNED
     )
     del session.messages[:cut]
     for column in session.tokens.values():
@@ -419,7 +426,7 @@ def _without_system(
     next_start = next(starts, -1)
     for i in range(begin, len(log)):
         m = log[i]
-        if m.role is _SYSTEM:
+        if m.role in PINNED:
             continue
         if i == next_start:
             offsets.append(len(messages))

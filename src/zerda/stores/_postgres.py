@@ -643,6 +643,22 @@ def m003_ids_exact_json_and_compare_and_set() -> list[str]:
     ]
 
 
+@_migration
+def m004_developer_messages_are_pinned() -> list[str]:
+    # Messages of the developer role are pinned like system messages: stored at turn -1, in
+    # no turn. zerda_append as migration 3 made it, with that one change.
+    (append,) = [
+        statement
+        for statement in m003_ids_exact_json_and_compare_and_set()
+        if "CREATE FUNCTION {schema}.zerda_append(" in statement
+    ]
+    return [
+        append.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
+        .replace("role = 'system'", "role IN ('system', 'developer')")
+        .replace("role <> 'system'", "role NOT IN ('system', 'developer')")
+    ]
+
+
 # -- SQL (templates; each store renders them once for its schema) ------------------------------
 
 # The arrays go in binary: psycopg's text format would escape every quote of every JSON body

@@ -23,7 +23,7 @@ from zerda.errors import (
     StoreUnavailableError,
     ZerdaError,
 )
-from zerda.messages import Message, Role
+from zerda.messages import PINNED, Message, Role
 from zerda.stores._base import (
     AsyncClosingStore,
     BoundedCache,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["EXPIRE_MARGIN", "AsyncRedisStore", "RedisStore", "open_redis_url"]
 
 _T = TypeVar("_T")
-_USER, _SYSTEM = Role.USER, Role.SYSTEM
+_USER = Role.USER
 _NUL = b"\0"
 
 EXPIRE_MARGIN = 60.0
@@ -891,7 +891,7 @@ class _RedisBase:
         and the elements (leading system messages, what follows them up to the first user
         message, each new turn), then each system message's entry."""
         n = len(messages)
-        system = [m.role is _SYSTEM for m in messages]
+        system = [m.role in PINNED for m in messages]
         users = [i for i, m in enumerate(messages) if m.role is _USER]
         first_user = users[0] if users else n
         first_other = next((i for i in range(first_user) if not system[i]), first_user)
@@ -917,7 +917,7 @@ class _RedisBase:
         named: list[Arg] = []
         for offset, m in enumerate(messages):
             if m.id is not None:
-                named += (m.id, "s" if m.role is _SYSTEM else offset)
+                named += (m.id, "s" if m.role in PINNED else offset)
         return (
             *self._clocked(),
             self._expire_arg,
@@ -976,7 +976,7 @@ class _RedisBase:
         ):
             raise self._corrupt(session_id, f"a log element starts {head[:40]!r}")
         decoded = [self._entry(entry, session_id, remember) for entry in parts[1:]]
-        shown = [(m, c) for m, c in decoded if m.role is not _SYSTEM]
+        shown = [(m, c) for m, c in decoded if m.role not in PINNED]
         hit = _Turn(
             tuple(m for m, _ in decoded),
             tuple(m for m, _ in shown),
@@ -1097,7 +1097,7 @@ class _RedisBase:
         element = self._element
         for raw in elements:
             turn = element(raw, session_id)
-            if turn.every[0].role is _SYSTEM:
+            if turn.every[0].role in PINNED:
                 raise self._corrupt(session_id, "an element of its log does not start a turn")
             offsets.append(len(messages))
             messages.extend(turn.shown)

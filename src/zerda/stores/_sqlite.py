@@ -21,7 +21,7 @@ from zerda.errors import (
     StoreUnavailableError,
     ZerdaError,
 )
-from zerda.messages import Message, Role
+from zerda.messages import PINNED, Message, Role
 from zerda.stores._base import (
     AsyncClosingStore,
     BoundedCache,
@@ -46,7 +46,7 @@ from zerda.stores._base import (
 __all__ = ["MIGRATIONS", "AsyncSQLiteStore", "SQLiteStore"]
 
 _T = TypeVar("_T")
-_USER, _SYSTEM = Role.USER, Role.SYSTEM
+_USER = Role.USER
 
 # System messages belong to no turn; they are stored under this turn number, so that they sort
 # before every turn of their session and read as one short range of the primary key.
@@ -517,7 +517,7 @@ class SQLiteStore(ClosingStore):
         for i in keep:
             m = messages[i]
             role = m.role
-            if role is _SYSTEM:
+            if role in PINNED:
                 at = SYSTEM_TURN
             else:
                 if role is _USER or turn == 0:
