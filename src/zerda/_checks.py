@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from zerda.errors import InvalidMessageError, ZerdaError
 
-__all__ = ["MAX_METADATA_DEPTH", "check_json_value", "check_text"]
+__all__ = ["MAX_METADATA_DEPTH", "check_json_value", "check_text", "valid_unicode"]
 
 MAX_METADATA_DEPTH = 64
 """How deeply metadata may nest (a mapping or a list inside another counts one level). Deeper
@@ -14,18 +14,27 @@ metadata is refused with :class:`~zerda.InvalidMessageError`: no store could tak
 without running out of stack, and nobody means it."""
 
 
-def check_text(value: str, what: str, error: type[ZerdaError] = InvalidMessageError) -> None:
-    """Refuse a string that is not valid Unicode: a lone surrogate (``"\\ud800"``) has no
-    UTF-8 form, so no store, file or wire could hold it."""
+def valid_unicode(value: str) -> bool:
+    """Whether ``value`` is valid Unicode: a lone surrogate (``"\\ud800"``) has no UTF-8
+    form, so no store, file or wire could hold it."""
     if value.isascii():
-        return
+        return True
     try:
         value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise error(
-            f"{what} holds a lone surrogate {value[exc.start]!r} at position {exc.start}: "
-            "text must be valid Unicode (decode bytes with errors='replace', or drop it)"
-        ) from None
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_text(value: str, what: str, error: type[ZerdaError] = InvalidMessageError) -> None:
+    """Refuse a string that is not valid Unicode (see :func:`valid_unicode`)."""
+    if valid_unicode(value):
+        return
+    at = next(i for i, ch in enumerate(value) if "\ud800" <= ch <= "\udfff")
+    raise error(
+        f"{what} holds a lone surrogate {value[at]!r} at position {at}: "
+        "text must be valid Unicode (decode bytes with errors='replace', or drop it)"
+    )
 
 
 def check_json_value(

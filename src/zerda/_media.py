@@ -72,6 +72,7 @@ __all__ = [
     "FILE_PAGE_TOKENS",
     "FILE_UNKNOWN",
     "IMAGE_UNKNOWN",
+    "audio_length",
     "audio_part_tokens",
     "audio_seconds",
     "data_url",
@@ -316,15 +317,21 @@ def _jpeg(b64: str, start: int) -> tuple[int, int] | None:
 
 
 def audio_part_tokens(part: AudioPart) -> int:
-    data = part.data
-    parsed = _data_url(data)
-    start = parsed[1] if parsed is not None else 0
-    size = decoded_size(data, start)
-    seconds = audio_seconds(data, start, size)
+    seconds, size = audio_length(part)
     if seconds is None:
         fmt = part.format.strip().lower()
         seconds = size / AUDIO_BYTES_PER_SECOND.get(fmt, _AUDIO_OTHER_BYTES_PER_SECOND)
     return max(1, math.ceil(seconds * AUDIO_TOKENS_PER_SECOND))
+
+
+def audio_length(part: AudioPart) -> tuple[float | None, int]:
+    """The duration of ``part``'s audio from its header (``None`` when it cannot be read) and
+    its size in bytes; its data is base64, bare or as a ``data:`` URL."""
+    data = part.data
+    parsed = _data_url(data)
+    start = parsed[1] if parsed is not None else 0
+    size = decoded_size(data, start)
+    return audio_seconds(data, start, size), size
 
 
 def audio_seconds(b64: str, start: int = 0, size: int | None = None) -> float | None:

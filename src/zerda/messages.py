@@ -13,7 +13,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-from zerda._checks import MAX_METADATA_DEPTH, check_json_value, check_text
+from zerda._checks import MAX_METADATA_DEPTH, check_json_value, check_text, valid_unicode
 from zerda._ids import new_message_id, new_message_ids
 from zerda.errors import InvalidMessageError
 from zerda.parts import (
@@ -24,7 +24,9 @@ from zerda.parts import (
     Part,
     ReasoningPart,
     TextPart,
+    _empty,
     _frozen_extra,
+    _with_extra,
     part_from_dict,
 )
 
@@ -137,9 +139,7 @@ class ToolCall:
     name: str
     arguments: str = "{}"
     type: str = "function"
-    extra: Mapping[str, Any] = field(
-        default_factory=lambda: MappingProxyType({}), kw_only=True, hash=False
-    )
+    extra: Mapping[str, Any] = field(default_factory=_empty, kw_only=True, hash=False)
 
     def __post_init__(self) -> None:
         for attr in ("id", "name", "type"):
@@ -155,10 +155,10 @@ class ToolCall:
                 f"got {type(self.arguments).__name__} (use json.dumps)"
             )
         check_text(self.arguments, f"the arguments of tool call {self.name!r}")
-        if self.extra:
-            object.__setattr__(self, "extra", _frozen_extra(self.extra, "a tool call's"))
-        elif type(self.extra) is not MappingProxyType:  # an empty dict: the read-only empty
-            object.__setattr__(self, "extra", _NOTHING)
+        extra = self.extra
+        if extra is not _NOTHING:  # anything but the default: checked and frozen
+            frozen = _frozen_extra(extra, "a tool call's") if extra else _NOTHING
+            object.__setattr__(self, "extra", frozen)
 
     @classmethod
     def from_openai(cls, data: object, *, extra: bool = False) -> ToolCall:
@@ -180,7 +180,7 @@ class ToolCall:
             name=function.get("name"),  # type: ignore[arg-type]
             arguments=function.get("arguments", "{}"),
             type=data.get("type", "function"),
-            extra=data.get("extra", MappingProxyType({})) if extra else MappingProxyType({}),
+            extra=data.get("extra", _NOTHING) if extra else _NOTHING,
         )
 
     def to_openai(self) -> dict[str, Any]:
@@ -192,10 +192,7 @@ class ToolCall:
 
     def to_dict(self) -> dict[str, Any]:
         """:meth:`to_openai`, and ``extra`` when set: lossless."""
-        out = self.to_openai()
-        if self.extra:
-            out["extra"] = json.loads(json.dumps(dict(self.extra)))
-        return out
+        return _with_extra(self.to_openai(), self.extra)
 
 
 @dataclass(frozen=True, slots=True)
@@ -597,7 +594,7 @@ def _reject_unknown_keys(data: Mapping[str, Any], known: frozenset[str]) -> None
 
 _ROLE_OF = {r.value: r for r in Role}
 _TOOL, _ASSISTANT = Role.TOOL, Role.ASSISTANT  # module globals: Role.TOOL is a slow lookup
-_NOTHING: Mapping[str, Any] = MappingProxyType({})  # empty, and nothing else holds its dict
+_NOTHING = _empty()  # the read-only empty mapping of zerda.parts: nothing else holds its dict
 
 
 class _Draft:
@@ -688,18 +685,20 @@ def _plain(d: dict[str, Any], now: float) -> _Draft | None:
         return None
     content = d.get("content")
     if type(content) is str:
-        if not (content.isascii() or _utf8(content)):
+        if not (content.isascii() or valid_unicode(content)):
             return None
     elif content is not None:
         return None
     name = d.get("name")
     if name is not None and (
-        type(name) is not str or not name or not (name.isascii() or _utf8(name))
+        type(name) is not str or not name or not (name.isascii() or valid_unicode(name))
     ):
         return None
     call_id = d.get("tool_call_id")
     if role is _TOOL:
-        if type(call_id) is not str or not call_id or not (call_id.isascii() or _utf8(call_id)):
+        if type(call_id) is not str or not call_id:
+            return None
+        if not (call_id.isascii() or valid_unicode(call_id)):
             return None
     elif call_id is not None:
         return None
@@ -733,10 +732,10 @@ def _plain(d: dict[str, Any], now: float) -> _Draft | None:
                 ):
                     return None
                 if not (ident.isascii() and fname.isascii() and arguments.isascii()) and not (
-                    _utf8(ident) and _utf8(fname) and _utf8(arguments)
+                    valid_unicode(ident) and valid_unicode(fname) and valid_unicode(arguments)
                 ):
                     return None
-                if kind != "function" and not _utf8(kind):
+                if kind != "function" and not valid_unicode(kind):
                     return None
                 call = _CallDraft()
                 call.id = ident
@@ -758,17 +757,6 @@ def _plain(d: dict[str, Any], now: float) -> _Draft | None:
     m.metadata = _NOTHING
     m.created_at = now
     return m
-
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` is valid Unicode (what :func:`check_text` refuses, it is not)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:

@@ -40,11 +40,12 @@ def _empty() -> Mapping[str, Any]:
 
 
 def _frozen_extra(extra: object, what: str) -> Mapping[str, Any]:
-    """``extra`` checked (a JSON object of JSON objects, by format name) and deep-copied."""
-    if isinstance(extra, MappingProxyType) and not extra:
-        return extra
+    """``extra`` checked (a JSON object of JSON objects, by format name) and deep-copied;
+    the shared read-only empty mapping when it is empty."""
     if not isinstance(extra, Mapping):
         raise InvalidMessageError(f"{what} extra must be a mapping, got {type(extra).__name__}")
+    if not extra:
+        return _EMPTY
     copied = dict(extra)
     check_json_value(copied, f"{what} extra")
     for name, value in copied.items():
@@ -57,6 +58,13 @@ def _frozen_extra(extra: object, what: str) -> Mapping[str, Any]:
         return MappingProxyType(json.loads(json.dumps(copied, allow_nan=False)))
     except (TypeError, ValueError) as exc:
         raise InvalidMessageError(f"{what} extra must be JSON-serializable: {exc}") from exc
+
+
+def _with_extra(out: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``out`` (a part's or a tool call's dict form) with a copy of ``extra``, when set."""
+    if extra:
+        out["extra"] = json.loads(json.dumps(dict(extra)))
+    return out
 
 
 def _text(value: object, what: str, *, empty: bool = True) -> str:
@@ -85,9 +93,7 @@ class _Part:
         raise NotImplementedError
 
     def _with_extra(self, out: dict[str, Any]) -> dict[str, Any]:
-        if self.extra:
-            out["extra"] = json.loads(json.dumps(dict(self.extra)))
-        return out
+        return _with_extra(out, self.extra)
 
 
 @dataclass(frozen=True, slots=True)

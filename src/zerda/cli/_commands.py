@@ -284,7 +284,7 @@ def _context(store: Store, args: argparse.Namespace, counter: TokenCounter) -> _
     if view.truncated:
         turns[-1].partial = True
     in_context = len(turns)
-    repairs = {k: n for k, n in view.repair_counts().items() if n}
+    repairs = view.repairs_made()
     system_tokens = sum(r.tokens for r in system)
     turn_tokens = sum(t.tokens for t in turns)
     priming = counter.count_messages([])
@@ -407,25 +407,24 @@ def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
     with _reading(ctx) as opened:
         store = _require(opened, ctx, args.session)
         counter = _counter(args.counter)
+        view: _View | None = None
         if args.context:
             try:
                 view = _context(store, args, counter)
             except ContextOverflowError as exc:
                 raise ZerdaError(f"{exc}; try a larger --token-limit") from exc
+            messages = view.context_messages
+        elif args.format is not None:  # every turn, repaired: one read, no token rows
+            messages = ConversationBufferMemory(store=store, session_id=args.session).get_context()
         else:
             view = _whole_session(store, args.session, counter)
-        if args.format is not None:
-            messages = (
-                view.context_messages
-                if args.context
-                else ConversationBufferMemory(store=store, session_id=args.session).get_context()
-            )
     if args.format is not None:
         print(
             json.dumps(_FORMATS[args.format](messages), indent=2, ensure_ascii=False),
             file=ctx.out,
         )
         return 0
+    assert view is not None  # no --format: a view was read
     if not ctx.json:
         _print_view(ctx, args.session, view, counter)
         return 0

@@ -6,7 +6,7 @@ import shutil
 import time
 from collections.abc import Sequence
 
-from zerda._media import audio_seconds, decoded_size, image_size, split_data_url
+from zerda._media import audio_length, decoded_size, image_size, split_data_url
 from zerda.messages import Message, Role
 from zerda.parts import AudioPart, FilePart, ImagePart, Part, ReasoningPart, TextPart
 
@@ -108,8 +108,8 @@ def describe(part: Part) -> str:
         if part.detail is not None:
             words.append(part.detail)
     elif type(part) is AudioPart:
-        seconds = audio_seconds(part.data)
-        length = _short_size(decoded_size(part.data)) if seconds is None else _seconds(seconds)
+        seconds, size = audio_length(part)
+        length = _short_size(size) if seconds is None else _seconds(seconds)
         words = ["audio", _one_line(part.format), length]
     elif type(part) is FilePart:
         if part.filename is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -111,6 +112,10 @@ class _View:
             if turn >= first:
                 counts[REPAIRS[kind]] += 1
         return counts
+
+    def repairs_made(self) -> dict[str, int]:
+        """:meth:`repair_counts` without the kinds that did not happen."""
+        return {kind: n for kind, n in self.repair_counts().items() if n}
 
 
 def _seed_value(message: Message | None) -> str | None:
@@ -245,15 +250,8 @@ class BaseMemory(ABC):
                     ids = call_ids(messages)
                 self._valid_mark = (self.session_id, first_turn, messages[-1].id, ids)
             return tail, []
-        repaired = Tail(
-            tail.system,
-            fixed.messages,
-            fixed.turn_starts,
-            tail.total_turns,
-            tail.total_messages,
-            fixed.tokens,
-            tail.system_tokens,
-            tail.metadata,
+        repaired = dataclasses.replace(
+            tail, messages=fixed.messages, turn_starts=fixed.turn_starts, tokens=fixed.tokens
         )
         return repaired, fixed.events
 
@@ -279,7 +277,7 @@ class BaseMemory(ABC):
     def _checked(self, view: _View) -> _View:
         """``view``, refusing in ``strict`` mode a context that needed repairs."""
         if self.strict and view.error is None and view.repairs:
-            counts = {k: n for k, n in view.repair_counts().items() if n}
+            counts = view.repairs_made()
             if counts:
                 what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items())
                 view.error = InvalidMessageError(
@@ -316,7 +314,7 @@ class BaseMemory(ABC):
         key = (id(self.store), self.session_id)
         if _WARNED.get(key):
             return
-        counts = {k: n for k, n in view.repair_counts().items() if n}
+        counts = view.repairs_made()
         if counts:
             _WARNED.put(key, True)
             log.warning(

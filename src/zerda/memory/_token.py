@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -106,7 +107,7 @@ class ConversationTokenBufferMemory(BaseMemory):
         if skipped > 0:  # the tail reaches back past first_turn: those turns are summarized
             tail = _from_turn(tail, skipped)
             repairs = [(kind, turn - skipped) for kind, turn in repairs if turn >= skipped]
-        budget = self.max_token_limit - self.reserve_tokens
+        budget = self.budget
         priming = self._priming
         system_tokens = sum(self._counts(tail.system, tail.system_tokens))
         fixed = system_tokens + summary_tokens + priming
@@ -152,7 +153,7 @@ class ConversationTokenBufferMemory(BaseMemory):
             hint=fit.turns + _MARGIN,
             repairs=repairs,
         )
-        return self._checked(view) if self.strict else view
+        return self._checked(view)
 
     def _no_fit(
         self,
@@ -240,13 +241,8 @@ def _with_newest(
     tail: Tail, start: int, messages: Sequence[Message], tokens: Sequence[int]
 ) -> Tail:
     """``tail`` with its messages from ``start`` on (the newest turn) replaced."""
-    return Tail(
-        tail.system,
-        [*tail.messages[:start], *messages],
-        tail.turn_starts,
-        tail.total_turns,
-        tail.total_messages,
-        [*tail.tokens[:start], *tokens] if tail.tokens else tail.tokens,
-        tail.system_tokens,
-        tail.metadata,
+    return dataclasses.replace(
+        tail,
+        messages=[*tail.messages[:start], *messages],
+        tokens=[*tail.tokens[:start], *tokens] if tail.tokens else tail.tokens,
     )
