@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -238,10 +238,7 @@ def test_a_mixed_batch_is_stamped_as_the_general_path_stamps_it(batch: list[Any]
     assert_same(got, reference(batch, now))
     if isinstance(got, str):
         return
-    given_ids = [
-        (x.id if isinstance(x, Message) else None) if not isinstance(x, dict) else x.get("id")
-        for x in batch
-    ]
+    given_ids = [x.get("id") if isinstance(x, Mapping) else x.id for x in batch]
     fresh = [m.id for m, g in zip(got, given_ids, strict=True) if g is None]
     assert fresh == sorted(fresh)
     assert len(set(fresh)) == len(fresh)

@@ -326,6 +326,22 @@ def test_summary_memory_keeps_only_the_summary_and_the_turn_in_progress() -> Non
     assert [m.role for m in memory.get_context()] == ["system", "system"]
 
 
+def test_summary_memory_takes_a_session_that_repair_leaves_empty() -> None:
+    # A greeting and a result whose call never existed: repair drops both, so the only turn
+    # is empty. Writing and reading it used to fail with an IndexError (found by hypothesis).
+    memory = ConversationSummaryMemory(Counting(), token_counter=len)
+    memory.add_messages(
+        [
+            Message("assistant", "Welcome! What can I get you?"),
+            Message("tool", "latte", tool_call_id="ghost_0"),
+        ]
+    )
+    assert memory.get_context() == []
+    assert len(memory.get_history()) == 2, "the log keeps both"
+    memory.add_messages(turn(1, size=5))
+    assert [m.role for m in memory.get_context()] == ["system"], "the turns are summarized"
+
+
 def test_the_llm_summarizer_gets_the_previous_summary_and_the_new_lines() -> None:
     prompts: list[str] = []
 

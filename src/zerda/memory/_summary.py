@@ -295,7 +295,10 @@ class ConversationSummaryMemory(ConversationSummaryBufferMemory):
         view = super()._fit(tail)
         if view is None or view.error is not None or not view.turns_in_context:
             return view
-        newest = group_turns(view.tail.messages[view.start :])[-1]
+        turns = group_turns(view.tail.messages[view.start :])
+        if not turns:  # repair left the turns in context empty (a greeting, an orphan result)
+            return view
+        newest = turns[-1]
         complete = newest.reply is not None and not newest.pending_tool_calls
         keep = 0 if complete else 1
         if keep == view.turns_in_context:
