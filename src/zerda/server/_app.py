@@ -1,0 +1,384 @@
+"""The REST API under ``/v1``: sessions, messages, contexts and metadata, per tenant.
+
+Each handler authenticates (one metadata read: see :mod:`zerda.server._keys`), maps the
+client's session id into its tenant's namespace, and does its work through Zerda's memories
+and the store's async methods (a sync store runs in worker threads, so the event loop never
+blocks on I/O).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from zerda import formats
+from zerda.errors import ZerdaError
+from zerda.memory import (
+    BaseMemory,
+    ConversationBufferMemory,
+    ConversationBufferWindowMemory,
+    ConversationSummaryBufferMemory,
+    ConversationTokenBufferMemory,
+)
+from zerda.messages import Message, stamped_batch
+from zerda.server._http import (
+    ApiError,
+    Metrics,
+    Observe,
+    query_int,
+    read_json,
+    route,
+)
+from zerda.server._keys import KeyRing, Tenant
+from zerda.server._openapi import openapi
+from zerda.stores._base import (
+    RESERVED_PREFIX,
+    AsyncOverThread,
+    AsyncStore,
+    SessionInfo,
+    Store,
+    metadata_copy,
+)
+from zerda.tokens import TokenCounter, counter_by_name
+
+__all__ = ["DEFAULT_MAX_BODY", "create_app"]
+
+log = logging.getLogger("zerda.server")
+
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+"""Bytes a request body may hold (``zerda serve --max-body``)."""
+MAX_PAGE = 1000
+DEFAULT_PAGE = 100
+
+# The converters a context is returned through, by the name ``format=`` takes.
+_TO: dict[str, Callable[[list[Message]], object]] = {
+    "openai": formats.to_openai,
+    "responses": formats.to_responses,
+    "anthropic": formats.to_anthropic,
+    "gemini": formats.to_gemini,
+    "zerda": lambda messages: [m.to_dict() for m in messages],
+}
+_MEMORIES = ("buffer", "window", "token", "summary_buffer")
+
+
+def _session_json(info: SessionInfo) -> dict[str, Any]:
+    return {
+        "id": info.session_id,
+        "messages": info.message_count,
+        "turns": info.turn_count,
+        "created_at": info.created_at,
+        "updated_at": info.updated_at,
+        "expires_at": info.expires_at,
+    }
+
+
+def _user_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Session metadata without Zerda's own keys (the summary state)."""
+    return {k: v for k, v in metadata.items() if not k.startswith(RESERVED_PREFIX)}
+
+
+def _cursor(session_id: str) -> str:
+    return base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
+
+
+def _after(cursor: str) -> str:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        after = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        after = None
+    if after is None or _cursor(after) != cursor:
+        raise ApiError(422, "InvalidParameter", "cursor is not one this server gave")
+    return after
+
+
+class _Service:
+    """The handlers, over one store."""
+
+    def __init__(
+        self, store: Store, *, auth: bool, max_body: int, counter: str, metrics: Metrics
+    ) -> None:
+        self.store = store
+        self.counter = counter_by_name(counter)  # now: a warning about it shows at start-up
+        self.astore: AsyncStore = AsyncOverThread(store)
+        self.keys = KeyRing(store)
+        self.auth = auth
+        self.max_body = max_body
+        self.metrics = metrics
+
+    # -- who is asking -----------------------------------------------------------------------
+
+    async def tenant(self, request: Request) -> Tenant:
+        if not self.auth:
+            return Tenant(None)
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise ApiError(401, "Unauthorized", "send an API key: Authorization: Bearer KEY")
+        record = await self.keys.alookup(self.astore, key.strip())
+        if record is None:
+            raise ApiError(401, "Unauthorized", "the API key is not valid (unknown or revoked)")
+        request.scope["zerda.tenant"] = record.tenant
+        return Tenant(record.tenant)
+
+    async def session(self, request: Request) -> tuple[Tenant, str]:
+        """The tenant and the store's id of the session the path names."""
+        tenant = await self.tenant(request)
+        return tenant, tenant.stored_id(request.path_params["session_id"])
+
+    async def require(self, stored: str, request: Request) -> None:
+        """404 unless the session exists (holds a message or metadata) for this tenant."""
+        if (await self.astore.atail(stored, 0)).total_messages:
+            return
+        if await self.astore.aget_metadata(stored):
+            return
+        raise ApiError(404, "NotFound", f"no session {request.path_params['session_id']!r} here")
+
+    def counter_for(self, params: Mapping[str, str]) -> TokenCounter:
+        """The counter ``counter=`` names, else the server's."""
+        name = params.get("counter")
+        return self.counter if name is None else counter_by_name(name)
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    async def list_sessions(self, request: Request) -> Response:
+        tenant = await self.tenant(request)
+        limit = query_int(request.query_params, "limit", minimum=1) or DEFAULT_PAGE
+        limit = min(limit, MAX_PAGE)
+        cursor = request.query_params.get("cursor")
+        sessions = sorted(
+            tenant.visible(await self.astore.alist_sessions()), key=lambda s: s.session_id
+        )
+        if cursor:
+            after = _after(cursor)
+            sessions = [s for s in sessions if s.session_id > after]
+        page = sessions[:limit]
+        body: dict[str, Any] = {"sessions": [_session_json(s) for s in page]}
+        body["next_cursor"] = _cursor(page[-1].session_id) if len(sessions) > limit else None
+        return JSONResponse(body)
+
+    async def append(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        body = await read_json(request, self.max_body)
+        messages = _messages_of(body)
+        counter = self.counter_for(request.query_params)
+        batch = stamped_batch(messages, time.time())
+        counts = {counter.name: [counter.count_message(m) for m in batch]}
+        appended = await self.astore.aappend(stored, batch, counts)
+        return JSONResponse({"appended": appended, "ids": [m.id for m in batch]}, status_code=201)
+
+    async def history(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        messages = await self.astore.ahistory(stored)
+        if not messages:
+            await self.require(stored, request)
+        return JSONResponse({"messages": [m.to_dict() for m in messages]})
+
+    async def context(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        params = request.query_params
+        unknown = set(params) - {"memory", "k", "token_limit", "reserve", "counter", "format"}
+        if unknown:
+            raise ApiError(
+                422, "InvalidParameter", f"unknown query parameters: {', '.join(sorted(unknown))}"
+            )
+        fmt = params.get("format", "openai")
+        if fmt not in _TO:
+            raise ApiError(
+                422, "InvalidParameter", f"format must be one of {', '.join(_TO)}, got {fmt!r}"
+            )
+        memory = _memory(params, stored, self.store, self.counter_for(params))
+        view_messages = await memory.aget_context()
+        stats = await memory.aget_memory_stats()
+        if not view_messages and stats["stored_messages"] == 0:
+            await self.require(stored, request)
+        tokens = stats.get("context_tokens")
+        if isinstance(tokens, int):
+            self.metrics.served(tokens)
+        return JSONResponse({"messages": _TO[fmt](view_messages), "stats": stats})
+
+    async def get_metadata(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        metadata = await self.astore.aget_metadata(stored)
+        if not metadata:
+            await self.require(stored, request)
+        return JSONResponse({"metadata": _user_metadata(metadata)})
+
+    async def patch_metadata(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        body = await read_json(request, self.max_body)
+        if not isinstance(body, dict) or set(body) != {"metadata"}:
+            raise ApiError(
+                422, "InvalidBody", 'the body must be {"metadata": {...}} (null deletes a key)'
+            )
+        values = metadata_copy(_object(body["metadata"], "metadata"))
+        await self.astore.aupdate_metadata(stored, values)
+        return JSONResponse({"metadata": _user_metadata(await self.astore.aget_metadata(stored))})
+
+    async def delete_session(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        if not await self.astore.adelete_session(stored):
+            raise ApiError(
+                404, "NotFound", f"no session {request.path_params['session_id']!r} here"
+            )
+        return Response(status_code=204)
+
+    async def healthz(self, request: Request) -> Response:
+        try:
+            await self.astore.aget_metadata("zerda.healthz")
+        except ZerdaError as exc:  # the details (the store's address) go to the log only
+            log.error("health check: the store does not answer: %s", exc)
+            raise ApiError(503, "StoreUnavailableError", "the store does not answer") from None
+        return JSONResponse({"status": "ok"})
+
+    async def metrics_text(self, request: Request) -> Response:
+        return PlainTextResponse(self.metrics.text(), media_type="text/plain; version=0.0.4")
+
+    async def openapi_json(self, request: Request) -> Response:
+        return JSONResponse(openapi())
+
+
+def _object(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ApiError(422, "InvalidBody", f"{what} must be a JSON object")
+    return value
+
+
+def _messages_of(body: object) -> list[Message] | list[object]:
+    """The messages a POST body carries, in the format it names."""
+    body = _object(body, "the body")
+    fmt = body.get("format", "openai")
+    allowed = {"messages", "format"} | {
+        "anthropic": {"system"},
+        "gemini": {"system_instruction"},
+    }.get(fmt if isinstance(fmt, str) else "", set())
+    extra = set(body) - allowed
+    if extra:
+        raise ApiError(
+            422, "InvalidBody", f"unknown fields in the body: {', '.join(sorted(extra))}"
+        )
+    if "messages" not in body:
+        raise ApiError(422, "InvalidBody", 'the body must hold "messages": [...]')
+    raw = body["messages"]
+    if not isinstance(raw, list):
+        raise ApiError(422, "InvalidBody", '"messages" must be a JSON array')
+    if not raw:
+        raise ApiError(422, "InvalidBody", '"messages" is empty: nothing to append')
+    if fmt == "openai":
+        return list(raw)
+    if fmt == "responses":
+        return formats.from_responses(raw)
+    if fmt == "anthropic":
+        payload = {"messages": raw}
+        if "system" in body:
+            payload["system"] = body["system"]
+        return formats.from_anthropic(payload)
+    if fmt == "gemini":
+        payload = {"contents": raw}
+        if "system_instruction" in body:
+            payload["system_instruction"] = body["system_instruction"]
+        return formats.from_gemini(payload)
+    raise ApiError(
+        422, "InvalidBody", f"format must be openai, responses, anthropic or gemini, got {fmt!r}"
+    )
+
+
+def _memory(
+    params: Mapping[str, str], stored: str, store: Store, counter: TokenCounter
+) -> BaseMemory:
+    """The memory ``memory=`` names, with its settings, on the session ``stored``."""
+    k = query_int(params, "k", minimum=1)
+    limit = query_int(params, "token_limit", minimum=1)
+    reserve = query_int(params, "reserve") or 0
+    kind = params.get("memory") or ("token" if limit else "window" if k else "buffer")
+    if kind not in _MEMORIES:
+        raise ApiError(
+            422, "InvalidParameter", f"memory must be one of {', '.join(_MEMORIES)}, got {kind!r}"
+        )
+    where: dict[str, Any] = {"store": store, "session_id": stored}
+    if kind == "buffer":
+        _none_of(params, kind, "k", "token_limit", "reserve", "counter")
+        return ConversationBufferMemory(**where)
+    if kind == "window":
+        _none_of(params, kind, "token_limit", "reserve", "counter")
+        return ConversationBufferWindowMemory(k=k or 5, **where)
+    _none_of(params, kind, "k")
+    if kind == "token":
+        return ConversationTokenBufferMemory(
+            limit or 2000, token_counter=counter, reserve_tokens=reserve, **where
+        )
+    return ConversationSummaryBufferMemory(
+        limit or 2000, token_counter=counter, reserve_tokens=reserve, **where
+    )
+
+
+def _none_of(params: Mapping[str, str], kind: str, *names: str) -> None:
+    given = [n for n in names if n in params]
+    if given:
+        raise ApiError(422, "InvalidParameter", f"memory={kind} takes no {', '.join(given)}")
+
+
+def create_app(
+    store: Store,
+    *,
+    auth: bool = True,
+    max_body: int = DEFAULT_MAX_BODY,
+    counter: str = "default",
+) -> Starlette:
+    """The service over ``store``: an ASGI app to run with uvicorn (``zerda serve`` does).
+
+    ``auth=False`` serves every session of the store to anyone who can connect: for local
+    development only. ``counter`` names the token counter (as
+    :func:`zerda.tokens.counter_by_name` takes it) whose counts are stored with appended
+    messages and that token budgets use when a request names none.
+    """
+    metrics = Metrics()
+    service = _Service(store, auth=auth, max_body=max_body, counter=counter, metrics=metrics)
+    session = "/v1/sessions/{session_id}"
+    routes: Sequence[tuple[str, Any, list[str]]] = (
+        ("/v1/sessions", service.list_sessions, ["GET"]),
+        (session + "/messages", service.append, ["POST"]),
+        (session + "/messages", service.history, ["GET"]),
+        (session + "/context", service.context, ["GET"]),
+        (session + "/metadata", service.get_metadata, ["GET"]),
+        (session + "/metadata", service.patch_metadata, ["PATCH"]),
+        (session, service.delete_session, ["DELETE"]),
+        ("/healthz", service.healthz, ["GET"]),
+        ("/metrics", service.metrics_text, ["GET"]),
+        ("/openapi.json", service.openapi_json, ["GET"]),
+    )
+    app = Starlette(
+        routes=[
+            Route(path, route(path, handler), methods=methods) for path, handler, methods in routes
+        ],
+        exception_handlers={
+            404: _not_found,
+            405: _not_allowed,
+        },
+    )
+    app.add_middleware(Observe, metrics=metrics)
+    app.state.service = service
+    return app
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return JSONResponse(
+        {"error": {"type": "NotFound", "message": f"no route {request.url.path!r}"}},
+        status_code=404,
+    )
+
+
+async def _not_allowed(request: Request, exc: Exception) -> Response:
+    return JSONResponse(
+        {"error": {"type": "MethodNotAllowed", "message": f"{request.method} is not allowed here"}},
+        status_code=405,
+    )
