@@ -53,8 +53,10 @@ format: $(VENV)/.dev
 	$(BIN)/ruff check --fix $(CODE)
 	$(BIN)/ruff format $(CODE)
 
+# Two workers (pytest-xdist): the suite is hundreds of tests that each wait on a server or a
+# subprocess; every test keeps to its own key prefix, schema or folder, so they run side by side.
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2
 
 bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/token_buffer.py

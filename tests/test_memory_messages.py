@@ -13,8 +13,15 @@ from typing import Any
 import pytest
 
 from _conversations import scan_turns, sendable
-from zerda.memory import BaseMemory, ConversationBufferMemory, ConversationBufferWindowMemory
+from zerda.memory import (
+    BaseMemory,
+    ConversationBufferMemory,
+    ConversationBufferWindowMemory,
+    ConversationTokenBufferMemory,
+)
 from zerda.messages import Message, Role, ToolCall
+from zerda.stores import InMemoryStore, Store
+from zerda.tokens import ApproxCounter
 
 DATA_FILE = Path(__file__).parents[2] / "shared" / "data" / "taskmaster4-coffee.jsonl.gz"
 
@@ -529,3 +536,26 @@ def test_turn_dicts_over_real_dialogs(coffee_dialogs: list[list[dict[str, Any]]]
     assert mem.load_memory_variables({})["history"] == "\n".join(
         f"user: {i}\nassistant: {o}" for i, o in expected
     )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: ConversationBufferWindowMemory(k=1, store=s),
+        lambda s: ConversationTokenBufferMemory(40, token_counter=ApproxCounter(), store=s),
+    ],
+)
+def test_context_with_stats_is_one_read_of_both(make: Callable[[Store], BaseMemory]) -> None:
+    store = InMemoryStore()
+    memory = make(store)
+    for n in range(3):
+        memory.add_messages([user(f"question {n} " * 3), assistant(f"answer {n}")])
+    reads = []
+    tail = store.tail
+    store.tail = lambda *a, **k: reads.append(a) or tail(*a, **k)  # type: ignore[method-assign]
+    context, stats = memory.get_context_with_stats()
+    assert len(reads) == 1
+    assert context == memory.get_context()
+    assert stats == memory.get_memory_stats()
+    assert stats["total_messages"] == len(context)
+    assert asyncio.run(memory.aget_context_with_stats()) == (context, stats)

@@ -19,7 +19,7 @@ from zerda import formats
 from zerda.cli import _replay
 from zerda.cli._jsonl import FORM_NAMES, Parsed, parse_jsonl
 from zerda.cli._render import brief, clip, local_time, plural, size, table, terminal_width
-from zerda.cli._serve import cmd_keys, cmd_serve
+from zerda.cli._serve import cmd_keys, cmd_mcp, cmd_serve
 from zerda.errors import ContextOverflowError, ZerdaError
 from zerda.memory import (
     BaseMemory,
@@ -765,4 +765,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "replay": cmd_replay,
     "serve": cmd_serve,
     "keys": cmd_keys,
+    "mcp": cmd_mcp,
 }

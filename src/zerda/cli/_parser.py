@@ -295,7 +295,7 @@ def _serve_commands(
 ) -> None:
     serve = command(
         "serve",
-        "serve the store over HTTP: the REST API under /v1 (extra: server)",
+        "serve the store over HTTP: the REST API under /v1 and MCP at /mcp (extra: server)",
         "Serve the store over HTTP: append messages, read a session's log or the context a\n"
         "memory would send, with API keys and tenants (docs/serve.md). Needs the server\n"
         "extra: pip install 'zerda-memory[server]'.\n\n"
@@ -327,6 +327,31 @@ def _serve_commands(
         metavar="NAME",
         default="default",
         help="token counter for stored counts and for budgets when a request names none: "
+        "default (tiktoken o200k_base when it loads, else approx with a warning), approx, or "
+        "a tiktoken encoding or model name",
+    )
+    mcp = command(
+        "mcp",
+        "serve the store's sessions as MCP tools over stdio (extra: mcp)",
+        "Serve the store as MCP tools on standard input and output, for an MCP host that\n"
+        "starts the server itself (Claude Desktop, an IDE, an agent framework): the tools\n"
+        "append_messages, get_context, get_history, list_sessions and delete_session, as\n"
+        "'zerda serve' has them at /mcp (docs/serve.md#mcp). Needs the mcp extra:\n"
+        "pip install 'zerda-memory[mcp]'.\n\n"
+        "Without --tenant the session ids are the store's own (the ones 'zerda show'\n"
+        "takes); with it, they are that tenant's, as with one of its API keys. No key is\n"
+        "checked: whoever starts the command can open the store anyway.",
+    )
+    mcp.add_argument(
+        "--tenant",
+        metavar="NAME",
+        help="serve this tenant's sessions (a-z, 0-9, _ and -; up to 40), as its API keys see them",
+    )
+    mcp.add_argument(
+        "--counter",
+        metavar="NAME",
+        default="default",
+        help="token counter for stored counts and for budgets when a call names none: "
         "default (tiktoken o200k_base when it loads, else approx with a warning), approx, or "
         "a tiktoken encoding or model name",
     )

@@ -1,8 +1,9 @@
-"""``zerda serve`` and ``zerda keys``: the service's commands (extra ``server``)."""
+"""``zerda serve``, ``zerda keys`` and ``zerda mcp``: the service's commands."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from zerda.tokens import counter_by_name
 if TYPE_CHECKING:
     from zerda.cli._commands import Context
 
-__all__ = ["cmd_keys", "cmd_serve"]
+__all__ = ["cmd_keys", "cmd_mcp", "cmd_serve"]
 
 
 def cmd_keys(args: argparse.Namespace, ctx: Context) -> int:
@@ -71,6 +72,7 @@ def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
     import uvicorn
 
     from zerda.server import CONFIG_VARIABLE, KeyRing, create_app, log_to_stderr
+    from zerda.server._mcp import MCP_HINT, mcp_installed
 
     log_to_stderr()
 
@@ -89,10 +91,11 @@ def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
             "(401) until 'zerda keys create --tenant NAME' makes one",
             file=ctx.err,
         )
+    mcp = "MCP at /mcp" if mcp_installed() else f"no MCP ({MCP_HINT})"
     print(
         f"zerda serve: {ctx.shown} on http://{args.host}:{args.port} "
         f"({args.workers} worker{'s' if args.workers != 1 else ''}; "
-        f"API under /v1, description at /openapi.json)",
+        f"API under /v1, {mcp}, description at /openapi.json)",
         file=ctx.err,
     )
     settings = {"host": args.host, "port": args.port, "access_log": False, "log_config": None}
@@ -113,4 +116,25 @@ def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
         workers=args.workers,
         **settings,
     )
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace, ctx: Context) -> int:
+    import anyio
+
+    # zerda.server says which extra to install when it is missing; require_mcp, for mcp.
+    from zerda.server import check_tenant
+    from zerda.server._mcp import require_mcp, serve_stdio
+
+    require_mcp()
+    if args.tenant is not None:
+        check_tenant(args.tenant)
+    counter_by_name(args.counter)  # a bad name fails here, a warning about it shows once
+    store = open_store(ctx.target)
+    try:
+        ids = "the store's own session ids" if args.tenant is None else f"tenant {args.tenant!r}"
+        print(f"zerda mcp: {ctx.shown} ({ids}) over standard input and output", file=ctx.err)
+        anyio.run(functools.partial(serve_stdio, store, tenant=args.tenant, counter=args.counter))
+    finally:
+        store.close()
     return 0

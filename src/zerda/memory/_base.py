@@ -468,6 +468,12 @@ class BaseMemory(ABC):
         """What to send to the model: pinned system messages first, then the kept turns."""
         return self._run(self._read_flow()).context()
 
+    def get_context_with_stats(self) -> tuple[list[Message], dict[str, Any]]:
+        """:meth:`get_context` and :meth:`get_memory_stats` from one read of the store: the
+        stats describe exactly that context, and it costs half the I/O of the two calls."""
+        view = self._run(self._read_flow())
+        return view.context(), self._stats(view)
+
     def get_history(self) -> list[Message]:
         """Every stored message, in order, system messages included."""
         return self._run(self._history_flow())
@@ -518,6 +524,10 @@ class BaseMemory(ABC):
 
     async def aget_context(self) -> list[Message]:
         return (await self._arun(self._read_flow())).context()
+
+    async def aget_context_with_stats(self) -> tuple[list[Message], dict[str, Any]]:
+        view = await self._arun(self._read_flow())
+        return view.context(), self._stats(view)
 
     async def aget_history(self) -> list[Message]:
         return await self._arun(self._history_flow())

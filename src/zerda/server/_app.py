@@ -13,15 +13,15 @@ import binascii
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from zerda import formats
-from zerda.errors import ZerdaError
+from zerda.errors import InvalidMessageError, ZerdaError
 from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
@@ -32,6 +32,7 @@ from zerda.memory import (
 from zerda.messages import Message, stamped_batch
 from zerda.server._http import (
     ApiError,
+    Handler,
     Metrics,
     Observe,
     query_int,
@@ -39,13 +40,17 @@ from zerda.server._http import (
     route,
 )
 from zerda.server._keys import KeyRing, Tenant
+from zerda.server._mcp import mcp_mount
 from zerda.server._openapi import openapi
+from zerda.server._otel import RESULTS
+from zerda.server._store_api import given_tokens, store_routes, tail_json, tail_wanted
 from zerda.stores._base import (
     RESERVED_PREFIX,
     AsyncOverThread,
     AsyncStore,
     SessionInfo,
     Store,
+    check_batch,
     metadata_copy,
 )
 from zerda.tokens import TokenCounter, counter_by_name
@@ -135,83 +140,141 @@ class _Service:
         tenant = await self.tenant(request)
         return tenant, tenant.stored_id(request.path_params["session_id"])
 
-    async def require(self, stored: str, request: Request) -> None:
+    async def require(self, stored: str, session_id: str) -> None:
         """404 unless the session exists (holds a message or metadata) for this tenant."""
         if (await self.astore.atail(stored, 0)).total_messages:
             return
         if await self.astore.aget_metadata(stored):
             return
-        raise ApiError(404, "NotFound", f"no session {request.path_params['session_id']!r} here")
+        raise ApiError(404, "NotFound", f"no session {session_id!r} here")
 
     def counter_for(self, params: Mapping[str, str]) -> TokenCounter:
         """The counter ``counter=`` names, else the server's."""
         name = params.get("counter")
         return self.counter if name is None else counter_by_name(name)
 
-    # -- handlers ----------------------------------------------------------------------------
+    # -- the operations, whatever the front door (REST here, MCP tools in _mcp) ---------------
 
-    async def list_sessions(self, request: Request) -> Response:
-        tenant = await self.tenant(request)
-        limit = query_int(request.query_params, "limit", minimum=1) or DEFAULT_PAGE
-        limit = min(limit, MAX_PAGE)
-        cursor = request.query_params.get("cursor")
-        sessions = sorted(
-            tenant.visible(await self.astore.alist_sessions()), key=lambda s: s.session_id
-        )
+    def sessions_page(
+        self, tenant: Tenant, sessions: Sequence[SessionInfo], limit: int, cursor: str | None
+    ) -> dict[str, Any]:
+        """A page of ``tenant``'s ``sessions``, by id, after ``cursor``."""
+        mine = sorted(tenant.visible(sessions), key=lambda s: s.session_id)
         if cursor:
             after = _after(cursor)
-            sessions = [s for s in sessions if s.session_id > after]
-        page = sessions[:limit]
-        body: dict[str, Any] = {"sessions": [_session_json(s) for s in page]}
-        body["next_cursor"] = _cursor(page[-1].session_id) if len(sessions) > limit else None
-        return JSONResponse(body)
+            mine = [s for s in mine if s.session_id > after]
+        page = mine[: min(limit, MAX_PAGE)]
+        more = len(mine) > len(page)
+        return {
+            "sessions": [_session_json(s) for s in page],
+            "next_cursor": _cursor(page[-1].session_id) if more else None,
+        }
 
-    async def append(self, request: Request) -> Response:
-        _, stored = await self.session(request)
-        body = await read_json(request, self.max_body)
+    async def append_body(
+        self, stored: str, body: object, counter: str | None = None
+    ) -> dict[str, Any]:
+        """Store the messages of an append body (see ``_messages_of``; ``"tokens"`` and
+        ``"tail"`` serve HTTPStore); counted by ``counter``, else the server's counter."""
         messages = _messages_of(body)
-        counter = self.counter_for(request.query_params)
-        batch = stamped_batch(messages, time.time())
-        counts = {counter.name: [counter.count_message(m) for m in batch]}
-        appended = await self.astore.aappend(stored, batch, counts)
-        return JSONResponse({"appended": appended, "ids": [m.id for m in batch]}, status_code=201)
+        assert isinstance(body, dict)  # _messages_of checked it
+        given, then_tail = given_tokens(body), tail_wanted(body)
+        if body.get("format") == "zerda":  # the store API's form: stored exactly as given
+            batch = cast("list[Message]", messages)
+        else:
+            batch = stamped_batch(messages, time.time())
+        if given is None:
+            count = self.counter if counter is None else counter_by_name(counter)
+            counts = {count.name: [count.count_message(m) for m in batch]}
+        elif counter is not None:
+            raise ApiError(422, "InvalidParameter", 'give "tokens" or counter=, not both')
+        else:
+            check_batch(batch, given)
+            counts = given
+        answer: dict[str, Any] = {"ids": [m.id for m in batch]}
+        if then_tail is None:
+            answer["appended"] = await self.astore.aappend(stored, batch, counts)
+        else:
+            turns, name = then_tail
+            appended, tail = await self.astore.aappend_then_tail(stored, batch, counts, turns, name)
+            answer.update(appended=appended, tail=tail_json(tail))
+        return answer
 
-    async def history(self, request: Request) -> Response:
-        _, stored = await self.session(request)
+    async def history_of(self, stored: str, session_id: str) -> list[dict[str, Any]]:
+        """Every message of the session, in Zerda's lossless form; 404 for no session."""
         messages = await self.astore.ahistory(stored)
         if not messages:
-            await self.require(stored, request)
-        return JSONResponse({"messages": [m.to_dict() for m in messages]})
+            await self.require(stored, session_id)
+        return [m.to_dict() for m in messages]
 
-    async def context(self, request: Request) -> Response:
-        _, stored = await self.session(request)
-        params = request.query_params
-        unknown = set(params) - {"memory", "k", "token_limit", "reserve", "counter", "format"}
-        if unknown:
-            raise ApiError(
-                422, "InvalidParameter", f"unknown query parameters: {', '.join(sorted(unknown))}"
-            )
+    async def context_of(
+        self, stored: str, session_id: str, params: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """``{"messages", "stats"}``: the context of the memory ``params`` describe (memory, k,
+        token_limit, reserve, counter, format), exactly as the library gives it."""
         fmt = params.get("format", "openai")
         if fmt not in _TO:
             raise ApiError(
                 422, "InvalidParameter", f"format must be one of {', '.join(_TO)}, got {fmt!r}"
             )
         memory = _memory(params, stored, self.store, self.counter_for(params))
-        view_messages = await memory.aget_context()
-        stats = await memory.aget_memory_stats()
-        if not view_messages and stats["stored_messages"] == 0:
-            await self.require(stored, request)
+        if isinstance(memory, ConversationSummaryBufferMemory):
+            # Appends here go straight to the store: fold what the context no longer holds
+            # now, as the memory would have on its own writes.
+            await memory.aflush()
+        messages, stats = await memory.aget_context_with_stats()
+        if not messages and stats["stored_messages"] == 0:
+            await self.require(stored, session_id)
         tokens = stats.get("context_tokens")
         if isinstance(tokens, int):
             self.metrics.served(tokens)
-        return JSONResponse({"messages": _TO[fmt](view_messages), "stats": stats})
+        return {"messages": _TO[fmt](messages), "stats": stats}
+
+    async def delete(self, stored: str, session_id: str) -> None:
+        if not await self.astore.adelete_session(stored):
+            raise ApiError(404, "NotFound", f"no session {session_id!r} here")
+
+    # -- REST handlers -----------------------------------------------------------------------
+
+    async def list_sessions(self, request: Request) -> Response:
+        tenant = await self.tenant(request)
+        limit = query_int(request.query_params, "limit", minimum=1) or DEFAULT_PAGE
+        page = self.sessions_page(
+            tenant, await self.astore.alist_sessions(), limit, request.query_params.get("cursor")
+        )
+        request.scope[RESULTS] = len(page["sessions"])
+        return JSONResponse(page)
+
+    async def append(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        body = await read_json(request, self.max_body)
+        answer = await self.append_body(stored, body, request.query_params.get("counter"))
+        return JSONResponse(answer, status_code=201)
+
+    async def history(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        messages = await self.history_of(stored, request.path_params["session_id"])
+        request.scope[RESULTS] = len(messages)
+        return JSONResponse({"messages": messages})
+
+    async def context(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        params = request.query_params  # only those documented (_by_method checks)
+        answer = await self.context_of(stored, request.path_params["session_id"], params)
+        request.scope[RESULTS] = answer["stats"]["total_messages"]
+        return JSONResponse(answer)
 
     async def get_metadata(self, request: Request) -> Response:
         _, stored = await self.session(request)
+        reserved = request.query_params.get("reserved", "false")
+        if reserved not in ("true", "false"):
+            raise ApiError(
+                422, "InvalidParameter", f"reserved must be true or false, got {reserved!r}"
+            )
         metadata = await self.astore.aget_metadata(stored)
         if not metadata:
-            await self.require(stored, request)
-        return JSONResponse({"metadata": _user_metadata(metadata)})
+            await self.require(stored, request.path_params["session_id"])
+        shown = metadata if reserved == "true" else _user_metadata(metadata)
+        return JSONResponse({"metadata": shown})
 
     async def patch_metadata(self, request: Request) -> Response:
         _, stored = await self.session(request)
@@ -226,10 +289,7 @@ class _Service:
 
     async def delete_session(self, request: Request) -> Response:
         _, stored = await self.session(request)
-        if not await self.astore.adelete_session(stored):
-            raise ApiError(
-                404, "NotFound", f"no session {request.path_params['session_id']!r} here"
-            )
+        await self.delete(stored, request.path_params["session_id"])
         return Response(status_code=204)
 
     async def healthz(self, request: Request) -> Response:
@@ -254,10 +314,11 @@ def _object(value: object, what: str) -> dict[str, Any]:
 
 
 def _messages_of(body: object) -> list[Message] | list[object]:
-    """The messages a POST body carries, in the format it names."""
+    """The messages a POST body carries, in the format it names (``zerda``: Zerda's own dicts,
+    as :meth:`Message.to_dict` gives them, to be stored exactly as they are)."""
     body = _object(body, "the body")
     fmt = body.get("format", "openai")
-    allowed = {"messages", "format"} | {
+    allowed = {"messages", "format", "tokens", "tail"} | {
         "anthropic": {"system"},
         "gemini": {"system_instruction"},
     }.get(fmt if isinstance(fmt, str) else "", set())
@@ -271,6 +332,14 @@ def _messages_of(body: object) -> list[Message] | list[object]:
     raw = body["messages"]
     if not isinstance(raw, list):
         raise ApiError(422, "InvalidBody", '"messages" must be a JSON array')
+    if fmt == "zerda":  # may be empty, as a store's append may be
+        messages = []
+        for i, item in enumerate(raw):
+            try:
+                messages.append(Message.from_dict(item))
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(f"message {i}: {exc}") from None
+        return messages
     if not raw:
         raise ApiError(422, "InvalidBody", '"messages" is empty: nothing to append')
     if fmt == "openai":
@@ -288,7 +357,9 @@ def _messages_of(body: object) -> list[Message] | list[object]:
             payload["system_instruction"] = body["system_instruction"]
         return formats.from_gemini(payload)
     raise ApiError(
-        422, "InvalidBody", f"format must be openai, responses, anthropic or gemini, got {fmt!r}"
+        422,
+        "InvalidBody",
+        f"format must be openai, responses, anthropic, gemini or zerda, got {fmt!r}",
     )
 
 
@@ -344,7 +415,7 @@ def create_app(
     metrics = Metrics()
     service = _Service(store, auth=auth, max_body=max_body, counter=counter, metrics=metrics)
     session = "/v1/sessions/{session_id}"
-    routes: Sequence[tuple[str, Any, list[str]]] = (
+    operations = [
         ("/v1/sessions", service.list_sessions, ["GET"]),
         (session + "/messages", service.append, ["POST"]),
         (session + "/messages", service.history, ["GET"]),
@@ -355,11 +426,24 @@ def create_app(
         ("/healthz", service.healthz, ["GET"]),
         ("/metrics", service.metrics_text, ["GET"]),
         ("/openapi.json", service.openapi_json, ["GET"]),
-    )
+        *store_routes(service),
+    ]
+    # One route per path, whatever its methods: a 405 then lists them all in its Allow header.
+    by_path: dict[str, dict[str, Handler]] = {}
+    for path, handler, methods in operations:
+        for method in methods:
+            by_path.setdefault(path, {})[method] = handler
+    # Literal paths first (/v1/sessions/purge-expired before /v1/sessions/{session_id}).
+    paths = sorted(by_path, key=lambda path: "{" in path)
+    served: list[BaseRoute] = [
+        Route(path, route(path, _by_method(path, by_path[path])), methods=list(by_path[path]))
+        for path in paths
+    ]
+    mcp_routes, lifespan = mcp_mount(service)
+    served += mcp_routes
     app = Starlette(
-        routes=[
-            Route(path, route(path, handler), methods=methods) for path, handler, methods in routes
-        ],
+        routes=served,
+        lifespan=lifespan,
         exception_handlers={
             404: _not_found,
             405: _not_allowed,
@@ -368,6 +452,34 @@ def create_app(
     app.add_middleware(Observe, metrics=metrics)
     app.state.service = service
     return app
+
+
+def _by_method(path: str, handlers: Mapping[str, Handler]) -> Handler:
+    """One handler for a path: the one for the request's method, once the query holds only
+    the parameters the OpenAPI document gives that method (else 422)."""
+    document = openapi()["paths"].get(path, {})
+    allowed = {
+        method: {
+            p["name"]
+            for p in (
+                *document.get("parameters", ()),
+                *document.get(method.lower(), {}).get("parameters", ()),
+            )
+            if p["in"] == "query"
+        }
+        for method in handlers
+    }
+
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method  # Starlette's HEAD
+        unknown = set(request.query_params) - allowed[method]
+        if unknown:
+            raise ApiError(
+                422, "InvalidParameter", f"unknown query parameters: {', '.join(sorted(unknown))}"
+            )
+        return await handlers[method](request)
+
+    return dispatch
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -381,4 +493,5 @@ async def _not_allowed(request: Request, exc: Exception) -> Response:
     return JSONResponse(
         {"error": {"type": "MethodNotAllowed", "message": f"{request.method} is not allowed here"}},
         status_code=405,
+        headers=getattr(exc, "headers", None),  # Starlette's, with the Allow header
     )

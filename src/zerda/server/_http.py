@@ -25,6 +25,7 @@ from zerda.errors import (
     SummarizerError,
     ZerdaError,
 )
+from zerda.server._otel import memory_span
 
 __all__ = ["ApiError", "Metrics", "Observe", "error_response", "read_json"]
 
@@ -64,19 +65,20 @@ def error_response(status: int, kind: str, message: str) -> JSONResponse:
     )
 
 
-def answer_error(exc: Exception) -> JSONResponse:
-    """The response for an error a handler raised: never a traceback, never a secret (store
-    errors name the backend's failure, already redacted by the store)."""
+def describe_error(exc: Exception) -> tuple[int, str, str]:
+    """The status, type and message to answer an error a handler raised with: never a
+    traceback, never a secret (store errors name the backend's failure, already redacted by
+    the store)."""
     if isinstance(exc, ApiError):
-        return error_response(exc.status, exc.kind, exc.message)
+        return exc.status, exc.kind, exc.message
     if isinstance(exc, ZerdaError):
         for kind, status in _STATUS:
             if isinstance(exc, kind):
                 if status >= 500:
                     log.error("%s: %s", type(exc).__name__, exc)
-                return error_response(status, type(exc).__name__, str(exc))
+                return status, type(exc).__name__, str(exc)
     log.error("unexpected %s while answering a request", type(exc).__name__, exc_info=exc)
-    return error_response(500, "InternalError", "the server failed to answer; see its log")
+    return 500, "InternalError", "the server failed to answer; see its log"
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -222,10 +224,13 @@ def route(template: str, handler: Handler) -> Handler:
 
     async def answer(request: Request) -> Response:
         request.scope["zerda.route"] = template
-        try:
-            return await handler(request)
-        except Exception as exc:  # every error becomes a JSON answer, never a traceback
-            return answer_error(exc)
+        with memory_span(request, template) as outcome:
+            try:
+                return await handler(request)
+            except Exception as exc:  # every error becomes a JSON answer, never a traceback
+                status, kind, message = describe_error(exc)
+                outcome.error = kind
+                return error_response(status, kind, message)
 
     answer.__name__ = handler.__name__
     answer.__doc__ = handler.__doc__

@@ -45,6 +45,7 @@ def _errors(*codes: int) -> dict[str, Any]:
     words = {
         400: "Bad input (a message or session id Zerda refuses, a body that is not JSON)",
         401: "No API key, or one that is unknown or revoked",
+        403: "Not for a tenant: the operation is store-wide",
         404: "No such session for this tenant",
         413: "The body is over the server's limit",
         422: "A well-formed request with a wrong field or parameter",
@@ -63,13 +64,24 @@ def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+# The largest number a query parameter may hold (18 digits); larger ones get 422.
+_MAX_INT = 10**18 - 1
+
+_COUNTER = {
+    "name": "counter",
+    "in": "query",
+    "description": "A token counter: approx, default, or a tiktoken encoding or model name",
+    "schema": {"type": "string", "minLength": 1},
+}
+
+
 def _int_param(name: str, description: str, minimum: int = 1) -> dict[str, Any]:
     return {
         "name": name,
         "in": "query",
         "required": False,
         "description": description,
-        "schema": {"type": "integer", "minimum": minimum, "maximum": 999_999_999},
+        "schema": {"type": "integer", "minimum": minimum, "maximum": _MAX_INT},
     }
 
 
@@ -90,7 +102,34 @@ def openapi() -> dict[str, Any]:
     metadata = {
         "type": "object",
         "required": ["metadata"],
+        "additionalProperties": False,
         "properties": {"metadata": {"type": "object"}},
+    }
+    counts = {"type": "array", "items": {"type": ["integer", "null"], "minimum": 0}}
+    messages = {"type": "array", "items": {"$ref": "#/components/schemas/Message"}}
+    tail = {
+        "type": "object",
+        "description": "The end of a session as a store reads it (zerda.stores.Tail)",
+        "required": [
+            "system",
+            "messages",
+            "turn_starts",
+            "total_turns",
+            "total_messages",
+            "tokens",
+            "system_tokens",
+            "metadata",
+        ],
+        "properties": {
+            "system": messages,
+            "messages": messages,
+            "turn_starts": {"type": "array", "items": {"type": "integer"}},
+            "total_turns": {"type": "integer"},
+            "total_messages": {"type": "integer"},
+            "tokens": counts,
+            "system_tokens": counts,
+            "metadata": {"type": "object", "description": "Zerda's own keys included"},
+        },
     }
     return {
         "openapi": "3.1.0",
@@ -102,11 +141,25 @@ def openapi() -> dict[str, Any]:
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": _ERROR, "Message": _MESSAGE, "Session": session},
+            "schemas": {"Error": _ERROR, "Message": _MESSAGE, "Session": session, "Tail": tail},
         },
         "security": [{"bearer": []}],
         "paths": {
             "/v1/sessions": {
+                "delete": {
+                    "summary": "Delete every session of this tenant (without keys: of the store, "
+                    "the expired ones too)",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["deleted"],
+                                "properties": {"deleted": {"type": "integer"}},
+                            }
+                        ),
+                        **_errors(401, 503),
+                    },
+                },
                 "get": {
                     "summary": "This tenant's sessions, by id, a page at a time",
                     "parameters": [
@@ -129,20 +182,13 @@ def openapi() -> dict[str, Any]:
                         ),
                         **_errors(401, 422, 503),
                     },
-                }
+                },
             },
             "/v1/sessions/{session_id}/messages": {
                 "parameters": [_SESSION_ID],
                 "post": {
                     "summary": "Append messages as one atomic batch (idempotent by message id)",
-                    "parameters": [
-                        {
-                            "name": "counter",
-                            "in": "query",
-                            "description": "Counter whose token counts are stored with them",
-                            "schema": {"type": "string"},
-                        }
-                    ],
+                    "parameters": [_COUNTER],
                     "requestBody": {
                         "required": True,
                         "content": {
@@ -150,14 +196,46 @@ def openapi() -> dict[str, Any]:
                                 "schema": {
                                     "type": "object",
                                     "required": ["messages"],
+                                    "additionalProperties": False,
                                     "properties": {
                                         "format": {
                                             "type": "string",
-                                            "enum": ["openai", "responses", "anthropic", "gemini"],
+                                            "description": "zerda: Zerda's own dicts, stored "
+                                            "exactly as sent (no id or time added); the only "
+                                            "format whose messages may be empty",
+                                            "enum": [
+                                                "openai",
+                                                "responses",
+                                                "anthropic",
+                                                "gemini",
+                                                "zerda",
+                                            ],
                                         },
-                                        "messages": {"type": "array", "minItems": 1},
+                                        "messages": {
+                                            "type": "array",
+                                            "items": {"type": "object"},
+                                        },
                                         "system": {},
                                         "system_instruction": {"type": "object"},
+                                        "tokens": {
+                                            "type": "object",
+                                            "description": "Counts to store instead of "
+                                            "counting, one per message, by counter name "
+                                            "(not with ?counter=)",
+                                            "additionalProperties": {
+                                                "type": "array",
+                                                "items": {"type": "integer", "minimum": 0},
+                                            },
+                                        },
+                                        "tail": {
+                                            "type": "object",
+                                            "description": "Answer the tail right after the "
+                                            "append too",
+                                            "properties": {
+                                                "turns": {"type": ["integer", "null"]},
+                                                "counter": {"type": ["string", "null"]},
+                                            },
+                                        },
                                     },
                                 }
                             }
@@ -170,7 +248,11 @@ def openapi() -> dict[str, Any]:
                                 "required": ["appended", "ids"],
                                 "properties": {
                                     "appended": {"type": "integer"},
-                                    "ids": {"type": "array", "items": {"type": "string"}},
+                                    "ids": {
+                                        "type": "array",
+                                        "items": {"type": ["string", "null"]},
+                                    },
+                                    "tail": {"$ref": "#/components/schemas/Tail"},
                                 },
                             },
                             "Stored: how many were new (a retry stores none), and every id",
@@ -214,7 +296,7 @@ def openapi() -> dict[str, Any]:
                         _int_param("k", "Turns a window keeps (memory=window; default 5)"),
                         _int_param("token_limit", "Token budget (token, summary_buffer)"),
                         _int_param("reserve", "Tokens of the budget kept free", minimum=0),
-                        {"name": "counter", "in": "query", "schema": {"type": "string"}},
+                        _COUNTER,
                         {
                             "name": "format",
                             "in": "query",
@@ -240,7 +322,15 @@ def openapi() -> dict[str, Any]:
                 "parameters": [_SESSION_ID],
                 "get": {
                     "summary": "The session's metadata (Zerda's own keys left out)",
-                    "responses": {"200": _json(metadata), **_errors(400, 401, 404, 503)},
+                    "parameters": [
+                        {
+                            "name": "reserved",
+                            "in": "query",
+                            "description": "true: with Zerda's own keys (a summary's state)",
+                            "schema": {"type": "string", "enum": ["true", "false"]},
+                        }
+                    ],
+                    "responses": {"200": _json(metadata), **_errors(400, 401, 404, 422, 503)},
                 },
                 "patch": {
                     "summary": "Merge keys into the metadata; null deletes a key",
@@ -251,6 +341,76 @@ def openapi() -> dict[str, Any]:
                     "responses": {"200": _json(metadata), **_errors(400, 401, 413, 422, 503)},
                 },
             },
+            "/v1/sessions/{session_id}/tail": {
+                "parameters": [_SESSION_ID],
+                "get": {
+                    "summary": "The newest turns as a store reads them (what HTTPStore.tail "
+                    "answers); an empty tail for a session that is not there",
+                    "parameters": [
+                        _int_param("turns", "Turns to read (all when left out)", minimum=0),
+                        {
+                            "name": "counter",
+                            "in": "query",
+                            "description": "Counter whose stored counts to give",
+                            "schema": {"type": "string", "minLength": 1},
+                        },
+                    ],
+                    "responses": {
+                        "200": _json({"$ref": "#/components/schemas/Tail"}),
+                        **_errors(400, 401, 422, 503),
+                    },
+                },
+            },
+            "/v1/sessions/{session_id}/compare-and-set": {
+                "parameters": [_SESSION_ID],
+                "post": {
+                    "summary": "Set one metadata key if it holds the value expected, atomically "
+                    "(any key, Zerda's own included)",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["key", "expected", "value"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "key": {"type": "string", "minLength": 1},
+                                        "expected": {"description": "null: absent"},
+                                        "value": {"description": "null: delete the key"},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["swapped"],
+                                "properties": {"swapped": {"type": "boolean"}},
+                            }
+                        ),
+                        **_errors(400, 401, 413, 422, 503),
+                    },
+                },
+            },
+            "/v1/sessions/purge-expired": {
+                "post": {
+                    "summary": "Delete the store's expired sessions (a server without keys "
+                    "only: purging is store-wide)",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["purged"],
+                                "properties": {"purged": {"type": "integer"}},
+                            }
+                        ),
+                        **_errors(401, 403, 503),
+                    },
+                }
+            },
             "/v1/sessions/{session_id}": {
                 "parameters": [_SESSION_ID],
                 "delete": {
@@ -260,6 +420,21 @@ def openapi() -> dict[str, Any]:
                         **_errors(400, 401, 404, 503),
                     },
                 },
+            },
+            "/mcp": {
+                "post": {
+                    "summary": "The MCP tools (Streamable HTTP, stateless, JSON answers; extra "
+                    "mcp): append_messages, get_context, get_history, list_sessions, "
+                    "delete_session. A JSON-RPC message in, its answer out",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "responses": {
+                        "200": _json({"type": "object"}, "The JSON-RPC answer"),
+                        **_errors(401),
+                    },
+                }
             },
             "/healthz": {
                 "get": {

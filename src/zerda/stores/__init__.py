@@ -20,6 +20,7 @@ from zerda.stores._base import (
     TokenCounts,
     check_session_id,
 )
+from zerda.stores._http import AsyncHTTPStore, HTTPStore
 from zerda.stores._json import JSONFileStore
 from zerda.stores._memory import InMemoryStore
 from zerda.stores._open import open_store
@@ -32,10 +33,12 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_SESSION_ID_LENGTH",
     "RESERVED_PREFIX",
+    "AsyncHTTPStore",
     "AsyncPostgresStore",
     "AsyncRedisStore",
     "AsyncSQLiteStore",
     "AsyncStore",
+    "HTTPStore",
     "InMemoryStore",
     "JSONFileStore",
     "PostgresStore",

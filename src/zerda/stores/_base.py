@@ -186,6 +186,8 @@ def new_ids(messages: Sequence[Message], held: Callable[[str], bool]) -> list[in
 
 # ``scheme://user:password@``: the password runs to the last @ of the authority.
 _URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*:)[^\s/?#]*(@)")
+# The API key of a zerda serve URL is its user part (zerda+http://KEY@host).
+_URL_API_KEY = re.compile(r"(zerda\+https?://)[^\s/?#@]+(@)", re.IGNORECASE)
 # ``password=...`` in a query (?password= / &password=) or a libpq key/value string, the
 # value maybe quoted ('it''s' or 'a\'b').
 _KEY_PASSWORD = re.compile(
@@ -196,9 +198,11 @@ _KEY_PASSWORD = re.compile(
 def redact(text: str) -> str:
     """``text`` with every password in it replaced by ``***``: in URLs (``user:pw@host``,
     ``?password=`` and ``&password=``, any case) and in libpq key/value strings
-    (``password=pw``, quoted or not). The one redactor every store, error, log line and the
-    CLI use, so that no form of a store's address shows its password."""
+    (``password=pw``, quoted or not), and the API key of a ``zerda+http(s)://KEY@host`` URL.
+    The one redactor every store, error, log line and the CLI use, so that no form of a
+    store's address shows its password."""
     text = _URL_PASSWORD.sub(r"\1***\2", text)
+    text = _URL_API_KEY.sub(r"\1***\2", text)
     return _KEY_PASSWORD.sub(r"\1***", text)
 
 

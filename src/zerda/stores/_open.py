@@ -19,7 +19,8 @@ ACCEPTED_TARGETS = (
     "sqlite:relative/path, json:PATH, memory:, redis://[:password@]host:port/db[?prefix=NAME], "
     "redis+cluster://host:port[?prefix=NAME], "
     "postgresql://user[:password]@host:port/db[?schema=NAME], "
-    "or a libpq key/value string ('host=... dbname=...')"
+    "a libpq key/value string ('host=... dbname=...'), "
+    "or zerda+http://[KEY@]host:port (zerda+https://) for a zerda serve"
 )
 
 # ``scheme:`` at the start of a target. One letter is a Windows drive (``C:\chats.db``), not a
@@ -67,6 +68,11 @@ def parse_target(target: str | os.PathLike[str]) -> StoreTarget:
     scheme, rest = match.group(1).lower(), match.group(2)
     parse = _SCHEMES.get(scheme)
     if parse is None:
+        if scheme.startswith("zerda+"):  # its user part would be an API key: not echoed
+            raise ConfigurationError(
+                f"cannot open a store at a {scheme}:// URL (not shown: it may hold a key): "
+                "unknown scheme; a zerda serve is zerda+http://KEY@host:port or zerda+https://"
+            )
         # A relative file name with a colon in it reads as a scheme; say how to write it.
         hint = "" if rest.startswith("//") else f" (for a file of that name: ./{redact(target)})"
         raise ConfigurationError(
@@ -89,7 +95,10 @@ def open_store(target: str | os.PathLike[str], **options: Any) -> Store:
       :class:`~zerda.stores.RedisStore` over a Redis Cluster, that node its seed;
     - ``postgresql://`` or ``postgres://`` URLs, and libpq key/value strings
       (``host=db user=app dbname=chat``): :class:`~zerda.stores.PostgresStore`
-      (``?schema=NAME`` sets its schema; other parameters go to libpq).
+      (``?schema=NAME`` sets its schema; other parameters go to libpq);
+    - ``zerda+http://KEY@host:port`` or ``zerda+https://KEY@host``, with a path if the
+      service is served under one: :class:`~zerda.stores.HTTPStore` over a ``zerda serve``,
+      the URL's user part its API key (``zerda+http://host:port``: no key).
 
     A ``~`` at the start of a path is the user's home folder. A target with ``=`` and a space
     is never a file name (for a file called that, write ``./`` before it). Any other target
@@ -181,6 +190,8 @@ _SCHEMES: dict[str, Callable[[str, str], StoreTarget]] = {
     "rediss+cluster": _server("redis"),
     "postgresql": _server("postgres"),
     "postgres": _server("postgres"),
+    "zerda+http": _server("http"),
+    "zerda+https": _server("http"),
 }
 
 
@@ -223,10 +234,18 @@ def _open_postgres(target: StoreTarget, options: dict[str, Any]) -> Store:
     return open_postgres_url(target.url, **options)
 
 
+def _open_http(target: StoreTarget, options: dict[str, Any]) -> Store:
+    from zerda.stores._http import open_http_url
+
+    assert target.url is not None
+    return open_http_url(target.url, **options)
+
+
 _OPENERS: dict[str, Callable[[StoreTarget, dict[str, Any]], Store]] = {
     "sqlite": _open_sqlite,
     "json": _open_json,
     "memory": _open_memory,
     "redis": _open_redis,
     "postgres": _open_postgres,
+    "http": _open_http,
 }
