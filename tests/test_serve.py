@@ -556,6 +556,9 @@ def test_zerda_keys_create_list_revoke(tmp_path: Path) -> None:
         assert record is not None
         assert record.tenant == "acme"
         assert key not in json.dumps(store.get_metadata(f"zerda.key:{key}"))
+    sessions = _zerda("sessions", db=db)
+    assert sessions.returncode == 0, sessions.stderr
+    assert "zerda.key" not in sessions.stdout  # keys are listed by zerda keys list only
     listed = _zerda("keys", "list", "--json", db=db)
     assert [r["tenant"] for r in json.loads(listed.stdout)] == ["acme"]
     assert key not in listed.stdout

@@ -28,7 +28,7 @@ from zerda.memory import (
     ConversationTokenBufferMemory,
 )
 from zerda.messages import Message, Role, group_turns, stamp_batch
-from zerda.stores._base import SessionInfo, Store, Tail, redact
+from zerda.stores._base import KEY_SESSION_PREFIX, SessionInfo, Store, Tail, redact
 from zerda.stores._open import StoreTarget, open_store, parse_target
 from zerda.tokens import TokenCounter, counter_by_name
 
@@ -133,7 +133,9 @@ def _session_json(info: SessionInfo) -> dict[str, Any]:
 
 def cmd_sessions(args: argparse.Namespace, ctx: Context) -> int:
     with _reading(ctx) as store:
-        infos = store.list_sessions() if store is not None else []
+        listed = store.list_sessions() if store is not None else []
+    # The API keys of zerda serve live in sessions of their own: 'zerda keys list' shows them.
+    infos = [s for s in listed if not s.session_id.startswith(KEY_SESSION_PREFIX)]
     # Newest first; the sort is stable, so sessions active at the same time stay in id order.
     infos.sort(key=lambda s: s.updated_at, reverse=True)
     if ctx.json:

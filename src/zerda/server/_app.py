@@ -107,7 +107,8 @@ def _after(cursor: str) -> str:
 
 
 class _Service:
-    """The handlers, over one store."""
+    """The service over one store: who is asking, the operations (which the MCP tools share),
+    and the REST handlers that parse a request into one."""
 
     def __init__(
         self, store: Store, *, auth: bool, max_body: int, counter: str, metrics: Metrics

@@ -25,6 +25,7 @@ from typing import Any
 
 from zerda.errors import ConfigurationError, InvalidSessionIdError
 from zerda.stores._base import (
+    KEY_SESSION_PREFIX,
     MAX_SESSION_ID_LENGTH,
     AsyncStore,
     SessionInfo,
@@ -34,7 +35,6 @@ from zerda.stores._base import (
 
 __all__ = ["ApiKey", "KeyRing", "Tenant", "check_tenant"]
 
-KEY_SESSION_PREFIX = "zerda.key:"
 _TENANT = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 _KEY = re.compile(r"zk_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 # What the key record's metadata holds (one reserved key: the record is Zerda's own state).

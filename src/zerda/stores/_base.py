@@ -46,6 +46,8 @@ _V = TypeVar("_V")
 _T = TypeVar("_T")
 
 RESERVED_PREFIX = "zerda."
+# Sessions named so hold the API keys of zerda serve (one per key, by its hash), not messages.
+KEY_SESSION_PREFIX = "zerda.key:"
 """Session metadata keys starting with this are Zerda's own (``zerda.summary``):
 ``update_metadata`` refuses them; ``compare_and_set`` is the way to change them."""
 
