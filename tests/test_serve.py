@@ -566,6 +566,12 @@ def test_zerda_keys_create_list_revoke(tmp_path: Path) -> None:
     gone = _zerda("keys", "revoke", record.key_id, db=db)
     assert gone.returncode == 1
     assert "no API key" in gone.stderr
+    missing = tmp_path / "nothing" / "here.sqlite3"
+    assert _zerda("keys", "list", "--json", db=missing).stdout.strip() == "[]"
+    gone = _zerda("keys", "revoke", "abc", db=missing)
+    assert gone.returncode == 1
+    assert "does not exist" in gone.stderr
+    assert not missing.parent.exists()  # listing and revoking create nothing
     bad = _zerda("keys", "create", "--tenant", "Bad:Name", db=db)
     assert bad.returncode == 1
     assert "tenant name" in bad.stderr

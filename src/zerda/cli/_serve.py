@@ -23,6 +23,18 @@ def cmd_keys(args: argparse.Namespace, ctx: Context) -> int:
     # zerda.server says which extra to install when it is missing.
     from zerda.server import KeyRing
 
+    where = ctx.where
+    if args.keys_action != "create" and where.path is not None and not where.path.exists():
+        # Listing or revoking never creates a store: there are no keys in a missing file.
+        if args.keys_action == "list":
+            print(
+                "[]" if ctx.json else f"no API keys in {ctx.shown} (the file does not exist)",
+                file=ctx.out,
+            )
+            return 0
+        raise ConfigurationError(
+            f"no API key {args.key_id!r} in {ctx.shown} (the file does not exist)"
+        )
     store = open_store(ctx.target)
     try:
         ring = KeyRing(store)
