@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,14 +18,13 @@ import pytest
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 pytest.importorskip("uvicorn", reason="the server extra is not installed")
 import anyio
-import httpx
 import httpx2
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 from starlette.testclient import TestClient
 
-from test_serve import Live, _free_port, key_for
+from test_serve import Live, _free_port, key_for, wait_until_healthy
 from zerda import ConversationTokenBufferMemory, Message, formats
 from zerda.cli import main
 from zerda.server import _mcp, create_app
@@ -385,16 +383,7 @@ def test_zerda_serve_with_two_workers_answers_mcp_on_either(tmp_path: Path) -> N
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "zerda serve did not answer"
-            time.sleep(0.1)
+        wait_until_healthy(process, url)
 
         async def body() -> None:
             async with connect(url, key, mode="legacy", reconnect=True) as client:

@@ -544,6 +544,20 @@ def _zerda(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def wait_until_healthy(process: subprocess.Popen[str], url: str) -> None:
+    """Wait for the ``zerda serve`` of ``process`` to answer ``/healthz`` at ``url``."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "zerda serve did not answer"
+        time.sleep(0.1)
+
+
 def test_zerda_keys_create_list_revoke(tmp_path: Path) -> None:
     db = tmp_path / "keys.sqlite3"
     made = _zerda("keys", "create", "--tenant", "acme", db=db)
@@ -594,16 +608,7 @@ def test_zerda_serve_runs_and_stops(tmp_path: Path, workers: int) -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "zerda serve did not answer"
-            time.sleep(0.1)
+        wait_until_healthy(process, url)
         headers = {"Authorization": f"Bearer {key}"}
         for n in range(4):  # with two workers, requests land on both
             r = httpx.post(

@@ -15,69 +15,66 @@ from zerda.tokens import counter_by_name
 
 if TYPE_CHECKING:
     from zerda.cli._commands import Context
+    from zerda.server import KeyRing
 
 __all__ = ["cmd_keys", "cmd_mcp", "cmd_serve"]
 
 
 def cmd_keys(args: argparse.Namespace, ctx: Context) -> int:
     # zerda.server says which extra to install when it is missing.
+    from zerda.cli._commands import _reading, _writing
     from zerda.server import KeyRing
 
-    where = ctx.where
-    if args.keys_action != "create" and where.path is not None and not where.path.exists():
-        # Listing or revoking never creates a store: there are no keys in a missing file.
+    if args.keys_action == "create":
+        with _writing(ctx) as store:
+            _create_key(KeyRing(store), args.tenant, ctx)
+        return 0
+    with _reading(ctx) as found:  # listing or revoking never creates a store
+        ring = None if found is None else KeyRing(found)
         if args.keys_action == "list":
-            print(
-                "[]" if ctx.json else f"no API keys in {ctx.shown} (the file does not exist)",
-                file=ctx.out,
-            )
+            _list_keys(ring, ctx)
             return 0
+        revoked = None if ring is None else ring.revoke(args.key_id)
+    if revoked is None:
+        missing = " (the file does not exist)" if ring is None else ""
         raise ConfigurationError(
-            f"no API key {args.key_id!r} in {ctx.shown} (the file does not exist)"
+            f"no API key {args.key_id!r} in {ctx.shown}{missing}; 'zerda keys list' shows them"
         )
-    store = open_store(ctx.target)
-    try:
-        ring = KeyRing(store)
-        if args.keys_action == "create":
-            key, record = ring.create(args.tenant)
-            if ctx.json:
-                body = {"key": key, "key_id": record.key_id, "tenant": record.tenant}
-                print(json.dumps(body), file=ctx.out)
-            else:
-                print(key, file=ctx.out)
-                print(
-                    f"key {record.key_id} for tenant {record.tenant!r} in {ctx.shown}: keep it "
-                    "now, it is not shown again (the store keeps only its hash)",
-                    file=ctx.err,
-                )
-        elif args.keys_action == "list":
-            records = ring.list()
-            if ctx.json:
-                rows = [
-                    {"key_id": r.key_id, "tenant": r.tenant, "created_at": r.created_at}
-                    for r in records
-                ]
-                print(json.dumps(rows, indent=2), file=ctx.out)
-            elif not records:
-                print(
-                    f"no API keys in {ctx.shown}; 'zerda keys create --tenant NAME' makes one",
-                    file=ctx.out,
-                )
-            else:
-                rows_text = [["KEY ID", "TENANT", "CREATED"]] + [
-                    [r.key_id, r.tenant, local_time(r.created_at)] for r in records
-                ]
-                print("\n".join(table(rows_text, "lll")), file=ctx.out)
-        else:
-            revoked = ring.revoke(args.key_id)
-            if revoked is None:
-                raise ConfigurationError(
-                    f"no API key {args.key_id!r} in {ctx.shown}; 'zerda keys list' shows them"
-                )
-            print(f"revoked key {revoked.key_id} of tenant {revoked.tenant!r}", file=ctx.out)
-    finally:
-        store.close()
+    print(f"revoked key {revoked.key_id} of tenant {revoked.tenant!r}", file=ctx.out)
     return 0
+
+
+def _create_key(ring: KeyRing, tenant: str, ctx: Context) -> None:
+    key, record = ring.create(tenant)
+    if ctx.json:
+        body = {"key": key, "key_id": record.key_id, "tenant": record.tenant}
+        print(json.dumps(body), file=ctx.out)
+        return
+    print(key, file=ctx.out)
+    print(
+        f"key {record.key_id} for tenant {record.tenant!r} in {ctx.shown}: keep it now, it is "
+        "not shown again (the store keeps only its hash)",
+        file=ctx.err,
+    )
+
+
+def _list_keys(ring: KeyRing | None, ctx: Context) -> None:
+    records = [] if ring is None else ring.list()
+    if ctx.json:
+        rows = [
+            {"key_id": r.key_id, "tenant": r.tenant, "created_at": r.created_at} for r in records
+        ]
+        print(json.dumps(rows, indent=2), file=ctx.out)
+    elif not records:
+        print(
+            f"no API keys in {ctx.shown}; 'zerda keys create --tenant NAME' makes one",
+            file=ctx.out,
+        )
+    else:
+        rows_text = [["KEY ID", "TENANT", "CREATED"]] + [
+            [r.key_id, r.tenant, local_time(r.created_at)] for r in records
+        ]
+        print("\n".join(table(rows_text, "lll")), file=ctx.out)
 
 
 def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:

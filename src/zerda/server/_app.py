@@ -120,6 +120,7 @@ class _Service:
         self.auth = auth
         self.max_body = max_body
         self.metrics = metrics
+        self.document = openapi()  # what /openapi.json answers, and what routes accept
 
     # -- who is asking -----------------------------------------------------------------------
 
@@ -305,7 +306,7 @@ class _Service:
         return PlainTextResponse(self.metrics.text(), media_type="text/plain; version=0.0.4")
 
     async def openapi_json(self, request: Request) -> Response:
-        return JSONResponse(openapi())
+        return JSONResponse(self.document)
 
 
 def _object(value: object, what: str) -> dict[str, Any]:
@@ -436,9 +437,10 @@ def create_app(
             by_path.setdefault(path, {})[method] = handler
     # Literal paths first (/v1/sessions/purge-expired before /v1/sessions/{session_id}).
     paths = sorted(by_path, key=lambda path: "{" in path)
+    documented = service.document["paths"]
     served: list[BaseRoute] = [
-        Route(path, route(path, _by_method(path, by_path[path])), methods=list(by_path[path]))
-        for path in paths
+        Route(path, route(path, _by_method(path, handlers, documented)), methods=list(handlers))
+        for path, handlers in ((p, by_path[p]) for p in paths)
     ]
     mcp_routes, lifespan = mcp_mount(service)
     served += mcp_routes
@@ -455,10 +457,10 @@ def create_app(
     return app
 
 
-def _by_method(path: str, handlers: Mapping[str, Handler]) -> Handler:
+def _by_method(path: str, handlers: Mapping[str, Handler], paths: Mapping[str, Any]) -> Handler:
     """One handler for a path: the one for the request's method, once the query holds only
-    the parameters the OpenAPI document gives that method (else 422)."""
-    document = openapi()["paths"].get(path, {})
+    the parameters the OpenAPI document's ``paths`` give that method (else 422)."""
+    document = paths.get(path, {})
     allowed = {
         method: {
             p["name"]

@@ -15,6 +15,7 @@ reach another tenant's. The reserved sessions start with ``zerda.key:``: tenant 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import secrets
@@ -103,14 +104,7 @@ class Tenant:
         """This tenant's sessions among ``sessions``, with the ids it knows them by."""
         cut = len(self.prefix)
         return [
-            SessionInfo(
-                s.session_id[cut:],
-                s.message_count,
-                s.turn_count,
-                s.created_at,
-                s.updated_at,
-                s.expires_at,
-            )
+            dataclasses.replace(s, session_id=s.session_id[cut:])
             for s in sessions
             if self.owns(s.session_id)
         ]
@@ -162,24 +156,25 @@ class KeyRing:
             return None
         return _record_of(await store.aget_metadata(KEY_SESSION_PREFIX + _digest(key)))
 
-    def list(self) -> list[ApiKey]:
-        """Every key's record, oldest first (reads every reserved session: for operators)."""
-        records = []
+    def _records(self) -> list[tuple[str, ApiKey]]:
+        """Every key's reserved session and record (reads each: for operators, not requests)."""
+        found = []
         for info in self.store.list_sessions():
             if info.session_id.startswith(KEY_SESSION_PREFIX):
                 record = _record_of(self.store.get_metadata(info.session_id))
                 if record is not None:
-                    records.append(record)
-        return sorted(records, key=lambda r: (r.created_at, r.key_id))
+                    found.append((info.session_id, record))
+        return found
+
+    def list(self) -> list[ApiKey]:
+        """Every key's record, oldest first."""
+        return sorted((r for _, r in self._records()), key=lambda r: (r.created_at, r.key_id))
 
     def revoke(self, key_id: str) -> ApiKey | None:
         """Delete the key named ``key_id``; its record, or ``None`` when there is no such key.
         The next request with it is refused."""
-        for info in self.store.list_sessions():
-            if not info.session_id.startswith(KEY_SESSION_PREFIX):
-                continue
-            record = _record_of(self.store.get_metadata(info.session_id))
-            if record is not None and record.key_id == key_id:
-                self.store.delete_session(info.session_id)
+        for session_id, record in self._records():
+            if record.key_id == key_id:
+                self.store.delete_session(session_id)
                 return record
         return None

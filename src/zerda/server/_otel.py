@@ -44,6 +44,17 @@ def operation_of(method: str, template: str) -> str | None:
     return "search_memory"
 
 
+_tracers: list[Any] = []
+
+
+def _tracer() -> Any:
+    """The service's tracer, got once: the API's proxy follows a provider set later."""
+    if not _tracers:
+        assert trace is not None
+        _tracers.append(trace.get_tracer("zerda.server"))
+    return _tracers[0]
+
+
 class _Outcome:
     """What the handler's answer says, filled in before the span ends."""
 
@@ -61,7 +72,7 @@ def memory_span(request: Request, template: str) -> Iterator[_Outcome]:
     if trace is None or name is None:
         yield outcome
         return
-    tracer = trace.get_tracer("zerda.server")
+    tracer = _tracer()
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": name,
         "gen_ai.provider.name": "zerda",

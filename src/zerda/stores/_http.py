@@ -179,6 +179,18 @@ class _HTTPBase:
         self._errors: tuple[type[BaseException], ...] = (module.RequestError,)
         self._closed = False
 
+    def _client_of(self, client: Any, kind: str) -> Any:
+        """``client`` if it is an ``httpx.<kind>``, or a new one when ``None``."""
+        made = getattr(_httpx(), kind)
+        if client is None:
+            return made(verify=_tls_context())
+        if not isinstance(client, made):
+            raise ConfigurationError(
+                f"{type(self).__name__} takes an httpx.{kind} as client=, "
+                f"got {type(client).__name__}"
+            )
+        return client
+
     def __repr__(self) -> str:
         key = ", api_key=***" if self._has_key else ""
         return f"{type(self).__name__}({self.url!r}{key})"
@@ -411,14 +423,7 @@ class HTTPStore(_HTTPBase, ClosingStore):
         client: httpx.Client | None = None,
     ) -> None:
         super().__init__(base_url, api_key, timeout, client)
-        module = _httpx()
-        if client is not None and not isinstance(client, module.Client):
-            raise ConfigurationError(
-                f"HTTPStore takes an httpx.Client as client=, got {type(client).__name__}"
-            )
-        self._client: httpx.Client = (
-            module.Client(verify=_tls_context()) if client is None else client
-        )
+        self._client: httpx.Client = self._client_of(client, "Client")
 
     def _run(self, flow: _Flow[_T]) -> _T:
         answer: Any = None
@@ -499,14 +504,7 @@ class AsyncHTTPStore(_HTTPBase, AsyncClosingStore):
         client: httpx.AsyncClient | None = None,
     ) -> None:
         super().__init__(base_url, api_key, timeout, client)
-        module = _httpx()
-        if client is not None and not isinstance(client, module.AsyncClient):
-            raise ConfigurationError(
-                f"AsyncHTTPStore takes an httpx.AsyncClient as client=, got {type(client).__name__}"
-            )
-        self._client: httpx.AsyncClient = (
-            module.AsyncClient(verify=_tls_context()) if client is None else client
-        )
+        self._client: httpx.AsyncClient = self._client_of(client, "AsyncClient")
 
     async def _run(self, flow: _Flow[_T]) -> _T:
         answer: Any = None
