@@ -308,7 +308,7 @@ def test_import_reads_standard_input(cli: Zerda, sqlite: SQLiteStore) -> None:
     ("args", "expected"),
     [
         (["--session", "'; DROP TABLE x; --"], "argument --session: session id"),
-        ([], "the following arguments are required: --session"),
+        ([], "one of the arguments --session --session-field is required"),
     ],
 )
 def test_import_needs_a_valid_session_id(cli: Zerda, args: list[str], expected: str) -> None:

@@ -4,7 +4,9 @@ what each memory must send that is written here, from the documentation."""
 from __future__ import annotations
 
 import base64
+import gzip
 import io
+import itertools
 import json
 import os
 import re
@@ -20,7 +22,7 @@ from typing import Any
 import pytest
 import tiktoken
 
-from _conversations import scan_turns, sendable
+from _conversations import conversation, scan_turns, sendable
 from _token_checks import expect
 from zerda import ApproxCounter, ConfigurationError, Message, TiktokenCounter
 from zerda.cli import _replay, main
@@ -31,6 +33,7 @@ from zerda.tokens import TokenCounter, counter_by_name
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "coffee-order.jsonl"
 CLI_DOC = ROOT / "docs" / "cli.md"
+SHARED_DATA = ROOT.parent / "shared" / "data" / "taskmaster4-coffee.jsonl.gz"
 APPROX = ApproxCounter()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -102,10 +105,25 @@ class Expected:
         }
 
 
-def expected_window(conversations: Sequence[Sequence[Message]], k: int) -> Expected:
+def session_ends(conversations: Sequence[Sequence[Message]]) -> list[int]:
+    """Where each turn ends in the one session that every conversation, one after another,
+    makes (--as-one-session): each conversation cut as the documentation says, not the
+    session (a greeting opens a turn of its conversation)."""
+    ends: list[int] = []
+    start = 0
+    for messages in conversations:
+        ends += [start + end for end in cut(messages)]
+        start += len(messages)
+    return ends
+
+
+def expected_window(
+    conversations: Sequence[Sequence[Message]], k: int, ends: Sequence[int] | None = None
+) -> Expected:
+    """``ends`` (with one conversation: the session) where its turns end, if not by ``cut``."""
     exp = Expected([], [], [], [], [])
     for messages in conversations:
-        for end in cut(messages):
+        for end in cut(messages) if ends is None else ends:
             prefix = list(messages[:end])
             systems = [m for m in prefix if m.role in PINNED]
             kept = scan_turns(prefix)[-k:]
@@ -119,11 +137,14 @@ def expected_window(conversations: Sequence[Sequence[Message]], k: int) -> Expec
 
 
 def expected_token(
-    conversations: Sequence[Sequence[Message]], budget: int, counter: TokenCounter = APPROX
+    conversations: Sequence[Sequence[Message]],
+    budget: int,
+    counter: TokenCounter = APPROX,
+    ends: Sequence[int] | None = None,
 ) -> Expected:
     exp = Expected([], [], [], [], [])
     for messages in conversations:
-        for end in cut(messages):
+        for end in cut(messages) if ends is None else ends:
             prefix = list(messages[:end])
             model = expect(prefix, counter, budget, "truncate")
             exp.full_tokens.append(counter.count_messages(prefix))
@@ -291,6 +312,7 @@ def test_the_json_output(zerda: Any, tmp_path: Path) -> None:
         "file": str(EXAMPLE),
         "form": "messages",
         "conversations": 1,
+        "one_session": False,
         "messages": 20,
         "turns": 4,
         "counter": "approx:chars/4",
@@ -392,6 +414,110 @@ def test_a_conversation_without_turns_adds_no_row(tmp_path: Path, zerda: Any) ->
     assert [(r["conversation"], r["turn"], r["line"]) for r in rows] == [(2, 1, 2)]
     only = write_jsonl(tmp_path / "s.jsonl", [{"role": "system", "content": "Only a prompt."}])
     zerda("replay", only, "--k", "1").failed(1, f"{only} holds no turns")
+
+
+# -- as one session -------------------------------------------------------------------------
+
+
+def test_as_one_session_plays_every_conversation_into_one_memory(
+    zerda: Any, tmp_path: Path
+) -> None:
+    convs = dialogs()
+    path = write_jsonl(tmp_path / "dialogs.jsonl", [{"messages": c} for c in convs])
+    messages = parsed_messages(convs)
+    session = [m for c in messages for m in c]
+    ends = session_ends(messages)
+    run = zerda("replay", path, "--k", "2", "--as-one-session").ok()
+    assert run.out.splitlines()[0] == (
+        f"Replay of {path}: 3 conversations (one conversation a line), {len(session)} "
+        "messages in 9 turns; all played as one session, in file order"
+    )
+    exp = expected_window([session], 2, ends=ends)
+    rows = table_after(run.out, "conversation ")
+    assert [(int(r[0]), int(r[1])) for r in rows] == [
+        (c + 1, t + 1) for c, n in enumerate([4, 4, 1]) for t in range(n)
+    ], "rows still say which conversation and turn they are"
+    assert [int(r[3]) for r in rows] == exp.context_tokens
+    assert [int(r[4]) for r in rows] == exp.full_tokens
+    assert exp.full_tokens == sorted(exp.full_tokens), "the history never starts again"
+    assert [int(r[5]) for r in rows] == exp.in_context
+    assert summary_rows(run.out)["--k 2"] == summary_cells(exp.summary)
+    apart = expected_window(messages, 2)
+    assert exp.summary != apart.summary, "a session of its own each would be another replay"
+    for budget in (300, 600):
+        result = zerda(
+            "replay", path, "--token-limit", str(budget), "--as-one-session", "--json"
+        ).ok()
+        assert result.json["one_session"] is True
+        (one,) = result.json["runs"]
+        model = expected_token([session], budget, ends=ends)
+        assert [r["full_history_tokens"] for r in one["turns"]] == model.full_tokens
+        assert [r["turns_in_context"] for r in one["turns"]] == model.in_context
+        assert [r["truncated"] for r in one["turns"]] == model.truncated
+        assert [
+            r["context_tokens"] if e is not None else None
+            for r, e in zip(one["turns"], model.context_tokens, strict=True)
+        ] == model.context_tokens
+
+
+def many_short_conversations(tmp_path: Path) -> tuple[Path, list[list[Message]]]:
+    """Eight conversations of two turns, each far under the smallest budget tested, without
+    system prompts (one session pins every conversation's: they would add up)."""
+    convs = [conversation(2, tag=f"c{i}.")[1:] for i in range(8)]
+    path = write_jsonl(
+        tmp_path / "short.jsonl",
+        [{"id": f"c{i}", "messages": [m.to_openai() for m in c]} for i, c in enumerate(convs)],
+    )
+    return path, convs
+
+
+def saved(run: Out) -> list[float]:
+    return [r["summary"]["saved_percent"] for r in run.json["runs"]]
+
+
+def test_as_one_session_makes_the_savings_differ_by_budget(zerda: Any, tmp_path: Path) -> None:
+    path, convs = many_short_conversations(tmp_path)
+    assert max(APPROX.count_messages(c) for c in convs) < 100, "each fits every budget"
+    apart = zerda("replay", path, "--token-limit", "100,200,400", "--json").ok()
+    assert saved(apart) == [0.0, 0.0, 0.0], "each its own session: no budget is ever reached"
+    one = zerda("replay", path, "--token-limit", "100,200,400", "--json", "--as-one-session")
+    percents = saved(one.ok())
+    assert percents[0] > percents[1] > percents[2] > 0, percents
+    full = one.json["full_history"]
+    assert full["max_context_tokens"] == APPROX.count_messages([m for c in convs for m in c])
+    text = zerda("replay", path, "--token-limit", "100,200,400", "--as-one-session").ok().out
+    assert "all played as one session" in text.splitlines()[0]
+    shown = summary_rows(text)
+    assert len({shown[f"--token-limit {n}"][3] for n in (100, 200, 400)}) == 3, "saved differs"
+
+
+def test_as_one_session_on_the_shared_data(zerda: Any, tmp_path: Path) -> None:
+    if not SHARED_DATA.exists():
+        pytest.skip(f"the shared data set is not at {SHARED_DATA}")
+    with gzip.open(SHARED_DATA, "rt", encoding="utf-8") as lines:
+        dialogs = [next(lines) for _ in range(60)]
+    path = tmp_path / "sixty.jsonl"
+    path.write_text("".join(dialogs), encoding="utf-8")
+    apart = zerda("replay", path, "--token-limit", "500,1000,2000", "--json").ok()
+    assert saved(apart)[1] == saved(apart)[2], "dialogs this short never reach 1000 tokens"
+    one = zerda("replay", path, "--token-limit", "500,1000,2000", "--json", "--as-one-session")
+    percents = saved(one.ok())
+    assert percents[0] > percents[1] > percents[2] > 50, percents
+    assert one.json["conversations"] == 60
+    assert sum(1 for _ in one.json["runs"][0]["turns"]) == apart.json["turns"]
+
+
+def test_a_json_array_replays_as_its_lines_would(zerda: Any, tmp_path: Path) -> None:
+    convs = [{"id": i, "messages": c} for i, c in enumerate(dialogs())]
+    lines = write_jsonl(tmp_path / "d.jsonl", convs)
+    array = tmp_path / "d.json"
+    array.write_text(json.dumps(convs, indent=2), encoding="utf-8")
+    from_lines = zerda("replay", lines, "--k", "2", "--json").ok().json
+    from_array = zerda("replay", array, "--k", "2", "--json").ok().json
+    assert [r["summary"] for r in from_array["runs"]] == [r["summary"] for r in from_lines["runs"]]
+    assert from_array["conversations"] == 3
+    text = zerda("replay", array, "--k", "2", "--quiet").ok().out
+    assert "3 conversations (a JSON array of conversations)" in text.splitlines()[0]
 
 
 def test_logs_with_parts_and_developer_messages_replay(zerda: Any, tmp_path: Path) -> None:
@@ -646,6 +772,8 @@ def test_help(zerda: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         "--reserve N",
         "--counter",
         "--plot FILE",
+        "--log-scale",
+        "--as-one-session",
         "--per-turn",
         "--quiet",
         "--json",
@@ -674,13 +802,13 @@ def test_plot_writes_one_png_for_several_values(zerda: Any, tmp_path: Path) -> N
     out = tmp_path / "plots" / "window.png"
     out.parent.mkdir()
     run = zerda("replay", EXAMPLE, "--k", "1,2", "--k", "3", "--plot", out).ok()
-    assert png_size(out) == (1200, 660)
+    assert png_size(out) == (1200, 930), "taller with each setting: a bar each"
     assert [p.name for p in out.parent.iterdir()] == ["window.png"]
-    assert f"(3 settings and the full history): {out}" in run.out
+    assert f"(3 settings and the full history) and of the tokens saved: {out}" in run.out
     single = tmp_path / "single.png"
     result = zerda("replay", EXAMPLE, "--token-limit", "300", "--plot", single, "--json").ok()
     assert result.json["plot"] == str(single)
-    assert png_size(single) == (1200, 660)
+    assert png_size(single) == (1200, 822)
 
 
 def test_the_plot_draws_a_line_per_setting_and_the_full_history() -> None:
@@ -689,21 +817,138 @@ def test_the_plot_draws_a_line_per_setting_and_the_full_history() -> None:
     settings = [_replay.Setting("token", token_limit=n) for n in (200, 300, 400)]
     runs = [_replay.Run(s, list(_replay.replay(found, s, APPROX))) for s in settings]
     figure = _replay.draw(runs, APPROX.name, "coffee")
-    (axes,) = figure.axes
+    axes, bars = figure.axes
     lines = [line for line in axes.get_lines() if line.get_label()[0] != "_"]
     assert [line.get_label() for line in lines] == [
-        "full history",
         "--token-limit 200",
         "--token-limit 300",
         "--token-limit 400",
+        "full history",  # drawn last, thin, on top of any setting equal to it
     ]
-    assert list(lines[0].get_ydata()) == expected_token([example()], 200).full_tokens
-    for line, limit in zip(lines[1:], (200, 300, 400), strict=True):
+    assert list(lines[-1].get_ydata()) == expected_token([example()], 200).full_tokens
+    for line, limit in zip(lines[:-1], (200, 300, 400), strict=True):
         assert list(line.get_ydata()) == expected_token([example()], limit).context_tokens
         assert list(line.get_xdata()) == [1, 2, 3, 4]
     budgets = [line.get_ydata()[0] for line in axes.get_lines() if line.get_label()[0] == "_"]
     assert sorted(budgets) == [200, 300, 400], "a dotted line at each budget"
     assert axes.get_ylabel() == "context tokens (approx:chars/4)"
+    assert axes.get_xlabel() == "turn", "4 turns: every turn drawn, no bucket"
+    widths = [patch.get_width() for patch in bars.patches]
+    assert widths == pytest.approx([r.summary.saved_percent for r in runs])
+    assert [t.get_text() for t in bars.get_yticklabels()] == [s.label for s in settings]
+
+
+def test_aggregate_takes_turns_in_buckets_and_drops_none() -> None:
+    values = [5, 1, 9, 3, 7, 2, 8, 4, 6, 10]
+    buckets = _replay.aggregate(values, points=3)  # 10 turns: buckets of 4, 4 and 2
+    assert buckets.size == 4
+    assert buckets.turns == [2.5, 6.5, 9.5], "the turn in the middle of each bucket"
+    assert buckets.mean == [4.5, 5.25, 8.0]
+    assert buckets.low == [1, 2, 6]
+    assert buckets.high == [9, 8, 10]
+    every = _replay.aggregate(values, points=10)
+    assert (every.size, every.turns, every.mean) == (1, [float(t) for t in range(1, 11)], values)
+    assert every.low == every.high == values
+    assert _replay.aggregate([], points=5).turns == []
+    with pytest.raises(ValueError, match="at least 1"):
+        _replay.aggregate(values, points=0)
+
+
+def test_aggregate_of_thirty_thousand_turns() -> None:
+    values = [(t * 7919) % 1000 + t // 100 for t in range(30_001)]
+    buckets = _replay.aggregate(values)
+    assert len(buckets.turns) <= _replay.PLOT_POINTS
+    sizes = [buckets.size] * (len(buckets.turns) - 1) + [
+        30_001 - buckets.size * (len(buckets.turns) - 1)
+    ]
+    assert sum(m * n for m, n in zip(buckets.mean, sizes, strict=True)) == pytest.approx(
+        sum(values)
+    )
+    assert max(buckets.high) == max(values)
+    assert min(buckets.low) == min(values)
+    assert buckets.turns[0] == (1 + buckets.size) / 2
+    assert buckets.turns == sorted(buckets.turns)
+
+
+def long_runs(turns: int, budgets: Sequence[int]) -> list[_replay.Run]:
+    """Runs of ``turns`` made-up turns of one growing session: the full history grows
+    without end, each budget's context stays under it; the last budget is never reached."""
+    full = [50 + 40 * t for t in range(turns)]
+    runs = []
+    for budget in budgets:
+        rows = [
+            _replay.TurnRow(
+                1 + t // 3,
+                1 + t % 3,
+                1 + t // 3,
+                2,
+                2,
+                min(f, budget - t % 50),
+                f,
+                1,
+                0,
+                False,
+                0,
+                0,
+            )
+            for t, f in enumerate(full)
+        ]
+        runs.append(_replay.Run(_replay.Setting("token", token_limit=budget), rows))
+    return runs
+
+
+def labels(axes: Any) -> list[str]:
+    return [line.get_label() for line in axes.get_lines() if line.get_label()[0] != "_"]
+
+
+def test_the_plot_of_thirty_thousand_turns_stays_readable() -> None:
+    runs = long_runs(30_000, [500, 1000, 2000])
+    figure = _replay.draw(runs, APPROX.name, "long", one_session=True)
+    axes, bars = figure.axes
+    drawn = [line for line in axes.get_lines() if line.get_label()[0] != "_"]
+    assert all(len(line.get_xdata()) <= _replay.PLOT_POINTS for line in drawn)
+    assert "each point: the mean of 300 turns" in axes.get_xlabel()
+    assert "10,000 conversations, played as one session" in axes.get_xlabel()
+    # No setting hides another: each its own colour and line style, thinner than the last.
+    settings = drawn[:-1]
+    assert len({line.get_color() for line in settings}) == 3
+    assert len({str(line.get_linestyle()) + line.get_marker() for line in settings}) == 3
+    widths = [line.get_linewidth() for line in drawn]
+    assert all(a > b for a, b in itertools.pairwise(widths)), "each thinner, the full history last"
+    assert drawn[-1].get_zorder() > max(line.get_zorder() for line in settings)
+    # Linear: the full history (1.2 M) is off the top, said so, and the budgets fit.
+    assert labels(axes)[-1] == "full history (up to 1,200,010: off the top; --log-scale shows it)"
+    assert 2000 < axes.get_ylim()[1] < 5000
+    widths = [patch.get_width() for patch in bars.patches]
+    assert widths == pytest.approx([r.summary.saved_percent for r in runs])
+    assert widths[0] > widths[1] > widths[2], "savings differ by budget"
+    logged = _replay.draw(runs, APPROX.name, "long", log_scale=True, one_session=True).axes[0]
+    assert logged.get_yscale() == "log"
+    assert labels(logged)[-1] == "full history"
+    assert logged.get_ylim()[1] > 1_200_010
+
+
+def test_a_setting_equal_to_another_line_says_so() -> None:
+    runs = long_runs(40, [3000, 20_000, 300])
+    axes = _replay.draw(runs, APPROX.name, "short").axes[0]
+    assert labels(axes) == [
+        "--token-limit 3000 (the same as full history)",
+        "--token-limit 20000 (the same as full history; budget 20,000 off the top)",
+        "--token-limit 300",
+        "full history",
+    ]
+    assert axes.get_xlabel() == "turn (14 conversations, each its own session)"
+
+
+def test_plot_of_one_session_with_a_log_scale(zerda: Any, tmp_path: Path) -> None:
+    path, _ = many_short_conversations(tmp_path)
+    out = tmp_path / "one.png"
+    args = ("replay", path, "--token-limit", "100,200,400", "--as-one-session")
+    run = zerda(*args, "--plot", out, "--log-scale").ok()
+    assert png_size(out) == (1200, 930)
+    assert f"and of the tokens saved: {out}" in run.out
+    (line,) = zerda(*args, "--log-scale").failed(2, "--log-scale goes with --plot FILE")
+    assert line.endswith("(see 'zerda replay --help')")
 
 
 def test_plot_without_matplotlib_says_what_to_install(

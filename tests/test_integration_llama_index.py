@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from llama_index.core.llms import MockFunctionCallingLLM, MockLLM
 from llama_index.core.memory import BaseMemory as LlamaBaseMemory
 from llama_index.core.tools import FunctionTool
 
-from test_integrations import messages_with_parts_st
+from test_integrations import ASYNC_STORES, STORES, messages_with_parts_st, opened_stores
 from test_messages import messages_st
 from zerda import (
     ApproxCounter,
@@ -59,7 +59,7 @@ from zerda.integrations.llama_index import (
     to_llama_index_messages,
 )
 from zerda.parts import AudioPart, FilePart, ImagePart, ReasoningPart, TextPart
-from zerda.stores import AsyncSQLiteStore, SQLiteStore
+from zerda.stores import AsyncSQLiteStore, InMemoryStore, SQLiteStore
 
 CALL = ToolCall(id="call_1", name="order_status", arguments='{"order": 42}')
 TOOL_TURN = [
@@ -240,7 +240,8 @@ def test_blocks_from_llama_index_become_parts(tmp_path: Path) -> None:
         FilePart(None, url="https://example.com/terms.pdf", filename="terms.pdf"),
         ReasoningPart("Two receipts.", signature="s1", extra={"llama_index": {"num_tokens": 3}}),
     )
-    again = to_llama_index(converted, lossless=False)
+    assert to_llama_index(converted, lossless=False) == message  # the blocks as given
+    again = to_llama_index(dataclasses.replace(converted, metadata={}), lossless=False)
     assert again.blocks[2] == ImageBlock(
         image=b"iVBORw0KGgo=", path=picture, image_mimetype="image/png", detail="auto"
     )
@@ -423,9 +424,9 @@ def test_memory_is_a_llama_index_memory_showing_the_window() -> None:
     assert memory.get_all() == []
 
 
-def test_get_leaves_zerda_bookkeeping_out_and_get_all_keeps_it() -> None:
+def test_get_leaves_zerda_bookkeeping_out_and_get_all_keeps_it_on_request() -> None:
     zerda_memory = ConversationBufferMemory()
-    memory = ZerdaMemory(memory=zerda_memory)
+    memory = ZerdaMemory(memory=zerda_memory, include_zerda_fields=True)
     memory.put_messages(to_llama_index_messages(TOOL_TURN))
     zerda_memory.add_message(Message(Role.USER, "hi", name="ann", metadata={"lang": "en"}))
     shown = memory.get()
@@ -654,3 +655,238 @@ def test_function_agent_stores_its_tool_calls_whole_and_sees_them_next_run(
     second = [from_llama_index(m) for m in seen[2]]
     assert [m.role.value for m in second] == ["user", "assistant", "tool", "assistant", "user"]
     assert second[2].tool_call_id == second[1].tool_calls[0].id == "call_42"
+
+
+# -- a message read back is the message put ----------------------------------------------------
+
+ASK = ChatMessage(role="user", content="Where is order 42?")
+
+
+def _call_block(kwargs: dict[str, Any] | str, call_id: str = "call_1") -> ToolCallBlock:
+    return ToolCallBlock(tool_call_id=call_id, tool_name="order_status", tool_kwargs=kwargs)
+
+
+def _conversations(picture: Path) -> dict[str, list[ChatMessage]]:
+    """Each case (one of :data:`CASES`) is a conversation whose context (a buffer memory's) is
+    all of it, in order."""
+    return {
+        "user": [ASK],
+        "user-additional-kwargs": [
+            ChatMessage(role="user", content="hi", additional_kwargs={"trace": "t1", "x": None})
+        ],
+        "user-blocks": [
+            ChatMessage(
+                role="user",
+                blocks=[
+                    TextBlock(text="What is on this receipt?"),
+                    ImageBlock(image=b"iVBORw0KGgo=", image_mimetype="image/png", detail="low"),
+                    ImageBlock(url="https://example.com/cat.jpg"),
+                    ImageBlock(path=picture),  # read into the store, and given back by path
+                    AudioBlock(audio=b"UklGRg==", format="wav"),
+                    DocumentBlock(url="https://example.com/terms.pdf", title="terms.pdf"),
+                ],
+            )
+        ],
+        "user-text-blocks": [
+            ChatMessage(role="user", blocks=[TextBlock(text="one"), TextBlock(text="two")])
+        ],
+        "assistant": [ASK, ChatMessage(role="assistant", content="It shipped yesterday.")],
+        "assistant-tool-calls": [  # as FunctionAgent writes them: tool_kwargs a dict
+            ASK,
+            ChatMessage(
+                role="assistant",
+                blocks=[
+                    _call_block({"order": 42}),
+                    _call_block('{"order":  43}', call_id="call_2"),  # the exact text
+                ],
+            ),
+            ChatMessage(
+                role="tool",
+                content='{"status": "shipped"}',
+                additional_kwargs={"tool_call_id": "call_1", "name": "order_status"},
+            ),
+            ChatMessage(
+                role="tool", content="not found", additional_kwargs={"tool_call_id": "call_2"}
+            ),
+            ChatMessage(role="assistant", content="42 shipped; 43 is unknown."),
+        ],
+        "assistant-thinking-text-and-tool-call": [
+            ASK,
+            ChatMessage(
+                role="assistant",
+                blocks=[
+                    ThinkingBlock(
+                        content="Look it up.", additional_information={"signature": "EqQB"}
+                    ),
+                    TextBlock(text="Let me check."),
+                    _call_block({"order": 42}),
+                ],
+            ),
+            ChatMessage(
+                role="tool", content="shipped", additional_kwargs={"tool_call_id": "call_1"}
+            ),
+            ChatMessage(role="assistant", content="It shipped."),
+        ],
+        "assistant-openai-tool-calls": [  # as older LLM integrations wrote them
+            ASK,
+            ChatMessage(
+                role="assistant",
+                content="",
+                additional_kwargs={
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "order_status", "arguments": '{"order": 42}'},
+                        }
+                    ]
+                },
+            ),
+            ChatMessage(role="tool", content="shipped", additional_kwargs={"call_id": "call_1"}),
+            ChatMessage(role="chatbot", content="It shipped."),
+        ],
+        "system-and-developer": [
+            ChatMessage(role="system", content="Be terse."),
+            ChatMessage(role="developer", content="Answer in French."),
+            ASK,
+        ],
+    }
+
+
+CASES = [
+    "user",
+    "user-additional-kwargs",
+    "user-blocks",
+    "user-text-blocks",
+    "assistant",
+    "assistant-tool-calls",
+    "assistant-thinking-text-and-tool-call",
+    "assistant-openai-tool-calls",
+    "system-and-developer",
+]
+
+
+@pytest.fixture
+def picture(tmp_path: Path) -> Path:
+    path = tmp_path / "receipt.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n")
+    return path
+
+
+@pytest.fixture(params=STORES)
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+    with opened_stores(request.param, tmp_path) as make:
+        yield make
+
+
+@pytest.fixture(params=ASYNC_STORES)
+def make_async_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+    with opened_stores(request.param, tmp_path) as make:
+        yield make
+
+
+def _memory(store: Any, **options: Any) -> ZerdaMemory:
+    return ZerdaMemory(memory=ConversationBufferMemory(store=store, session_id="ann"), **options)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_messages_read_back_equal_those_put(
+    case: str, make_store: Callable[[], Any], picture: Path
+) -> None:
+    put = _conversations(picture)[case]
+    _memory(make_store()).put_messages(put)
+    memory = _memory(make_store())  # another store object: read back from the store
+    assert memory.get_all() == put
+    assert memory.get() == put
+    assert all(ZERDA_KEY not in m.additional_kwargs for m in memory.get_all())
+    # Zerda stamped its own ids (a retry sends them again), which the messages do not show.
+    assert all(m.id is not None for m in memory.memory.get_history())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_messages_read_back_equal_those_put_async(
+    case: str, make_async_store: Callable[[], Any], picture: Path
+) -> None:
+    put = _conversations(picture)[case]
+
+    async def run() -> tuple[list[ChatMessage], list[ChatMessage]]:
+        writer, reader = make_async_store(), make_async_store()
+        await _memory(writer).aput_messages(put)
+        memory = _memory(reader)
+        shown = await memory.aget_all(), await memory.aget()
+        for store in {id(writer): writer, id(reader): reader}.values():
+            if hasattr(store, "aclose"):
+                await store.aclose()
+        return shown
+
+    assert asyncio.run(run()) == (put, put)
+
+
+def test_messages_put_one_at_a_time_read_back_equal(picture: Path) -> None:
+    memory = _memory(InMemoryStore())
+    put = _conversations(picture)["assistant-tool-calls"]
+    for message in put:
+        memory.put(message)
+    assert memory.get_all() == put
+
+
+def test_include_zerda_fields_shows_the_bookkeeping_in_get_all(
+    make_store: Callable[[], Any], picture: Path
+) -> None:
+    put = _conversations(picture)["assistant-tool-calls"]
+    _memory(make_store()).put_messages(put)
+    memory = _memory(make_store(), include_zerda_fields=True)
+    everything = memory.get_all()
+    stored = memory.memory.get_history()
+    assert [m.additional_kwargs[ZERDA_KEY]["id"] for m in everything] == [m.id for m in stored]
+    assert [m.additional_kwargs[ZERDA_KEY]["created_at"] for m in everything] == [
+        m.created_at for m in stored
+    ]
+    assert everything != put
+    assert [_without_zerda(m) for m in everything] == put
+    assert memory.get() == put  # what a model is sent never carries it
+    # Put again (a retry), they are the messages stored: nothing is stored twice.
+    memory.put_messages(everything)
+    assert memory.memory.get_history() == stored
+    memory.set(everything)
+    assert memory.memory.get_history() == stored
+
+
+def _without_zerda(message: ChatMessage) -> ChatMessage:
+    kwargs = {k: v for k, v in message.additional_kwargs.items() if k != ZERDA_KEY}
+    return message.model_copy(update={"additional_kwargs": kwargs})
+
+
+def test_from_defaults_passes_include_zerda_fields_on() -> None:
+    memory = ZerdaMemory.from_defaults(chat_history=[ASK], include_zerda_fields=True)
+    assert memory.include_zerda_fields
+    [shown] = memory.get_all()
+    assert set(shown.additional_kwargs[ZERDA_KEY]) >= {"id", "created_at"}
+    assert ZerdaMemory.from_defaults(chat_history=[ASK]).get_all() == [ASK]
+
+
+def test_a_message_changed_in_zerda_is_shown_as_it_now_is() -> None:
+    """What LlamaIndex gave is kept only while the Zerda message still says the same."""
+    given = ChatMessage(
+        role="user",
+        blocks=[TextBlock(text="one"), TextBlock(text="two")],
+        additional_kwargs={"trace": "t1"},
+    )
+    converted = from_llama_index(given)
+    assert to_llama_index(converted, lossless=False) == given
+    changed = dataclasses.replace(converted, content="three")
+    shown = to_llama_index(changed, lossless=False)
+    assert shown.blocks == [TextBlock(text="three")]
+    assert shown.additional_kwargs == {"trace": "t1"}  # what does not depend on the content
+    call = ChatMessage(role="assistant", blocks=[_call_block({"order": 42})])
+    fewer = dataclasses.replace(from_llama_index(call), tool_calls=(), content="done")
+    assert to_llama_index(fewer, lossless=False) == ChatMessage(role="assistant", content="done")
+
+
+def test_what_a_store_cannot_keep_is_left_out_and_the_rest_kept() -> None:
+    given = ChatMessage(role="user", content="hi", additional_kwargs={"c": object(), "t": "t1"})
+    assert to_llama_index(from_llama_index(given), lossless=False).additional_kwargs == {"t": "t1"}
+
+
+def test_the_cases_name_every_conversation(picture: Path) -> None:
+    assert sorted(CASES) == sorted(_conversations(picture))

@@ -1,23 +1,37 @@
 """What every framework adapter promises: ``import zerda`` never imports the framework, an
 adapter imported without its framework says which extra to install, and a developer message
 stays one. ``messages_with_parts_st`` generates the messages each adapter's round-trip property
-runs on: content parts of every kind, with extras, on every role."""
+runs on: content parts of every kind, with extras, on every role. ``opened_stores`` gives the
+stores each adapter's read-back-equals-added tests run over."""
 
 from __future__ import annotations
 
 import base64
 import importlib
+import itertools
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import strategies as st
 
+from _redis_servers import drop_keys, fresh_prefix
+from services import RUN_ID, require_postgres, require_redis
 from test_messages import created_at_st, ids_st, json_values, names_st
 from zerda import Message, Role, ToolCall
 from zerda.parts import AudioPart, FilePart, ImagePart, Part, ReasoningPart, TextPart
+from zerda.stores import (
+    AsyncRedisStore,
+    AsyncSQLiteStore,
+    InMemoryStore,
+    JSONFileStore,
+    RedisStore,
+    SQLiteStore,
+)
 
 ADAPTERS = [
     # (adapter module, the framework module it needs, the extra that installs it)
@@ -182,3 +196,86 @@ def test_a_developer_message_stays_a_developer_message(adapter: str, role: Role 
     back = from_framework(to_framework(message))
     assert back.role is Role.DEVELOPER
     assert back == message
+
+
+# -- the stores every adapter's history is read back from -----------------------------------------
+
+STORES = ["memory", "sqlite", "json", "redis", "postgres"]
+"""Every kind of store, as the sync methods of an adapter use it."""
+ASYNC_STORES = [*STORES, "async-sqlite", "async-redis", "async-postgres"]
+"""Every kind of store, as the async methods of an adapter use it (a sync store too)."""
+
+_schemas = itertools.count()
+
+
+@contextmanager
+def opened_stores(kind: str, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+    """A factory of stores of ``kind`` (one of :data:`ASYNC_STORES`) that all reach the same
+    data, so that what one wrote another reads back from the store itself (the in-memory store
+    is the same store each time). Sync stores are closed when the block ends; a test closes
+    the async ones it opened, in its own event loop. A server store's data is dropped when the
+    block ends; without its server the test skips (or fails under ZERDA_REQUIRE_SERVICES=1)."""
+    made: list[Any] = []
+
+    def keep(store: Any) -> Any:
+        made.append(store)
+        return store
+
+    def close() -> None:
+        while made:
+            store = made.pop()
+            if not kind.startswith("async"):
+                store.close()
+
+    try:
+        if kind == "memory":
+            shared = keep(InMemoryStore())
+            yield lambda: shared
+        elif kind in ("sqlite", "async-sqlite"):
+            sqlite = AsyncSQLiteStore if kind.startswith("async") else SQLiteStore
+            yield lambda: keep(sqlite(tmp_path / "chat.db"))
+        elif kind == "json":
+            yield lambda: keep(JSONFileStore(tmp_path / "chat.json"))
+        elif kind in ("redis", "async-redis"):
+            yield from _redis_stores(kind, keep, close)
+        elif kind in ("postgres", "async-postgres"):
+            yield from _postgres_stores(kind, keep, close)
+        else:
+            raise AssertionError(f"unknown store kind {kind!r}")
+    finally:
+        close()
+
+
+def _redis_stores(
+    kind: str, keep: Callable[[Any], Any], close: Callable[[], None]
+) -> Iterator[Callable[[], Any]]:
+    import redis
+
+    url, prefix = require_redis(), fresh_prefix()
+    store_class = AsyncRedisStore if kind.startswith("async") else RedisStore
+    try:
+        yield lambda: keep(store_class(url, prefix=prefix))
+    finally:
+        close()
+        admin = redis.Redis.from_url(url)
+        try:
+            drop_keys(admin, prefix)
+        finally:
+            admin.close()
+
+
+def _postgres_stores(
+    kind: str, keep: Callable[[Any], Any], close: Callable[[], None]
+) -> Iterator[Callable[[], Any]]:
+    import psycopg
+
+    from zerda.stores import AsyncPostgresStore, PostgresStore
+
+    dsn, schema = require_postgres(), f"{RUN_ID}_adapters{next(_schemas)}"
+    store_class = AsyncPostgresStore if kind.startswith("async") else PostgresStore
+    try:
+        yield lambda: keep(store_class(dsn, schema=schema, max_size=2))
+    finally:
+        close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

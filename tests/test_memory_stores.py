@@ -352,10 +352,12 @@ def test_one_store_call_per_write_and_per_read_when_nothing_folds(kind: str) -> 
     memory: BaseMemory
     if kind == "summary_buffer":
         memory = ConversationSummaryBufferMemory(
-            400, summarizer, token_counter=LEN, store=spy, session_id="s"
+            400, summarizer=summarizer, token_counter=LEN, store=spy, session_id="s"
         )
     elif kind == "summary":
-        memory = ConversationSummaryMemory(summarizer, token_counter=LEN, store=spy, session_id="s")
+        memory = ConversationSummaryMemory(
+            summarizer=summarizer, token_counter=LEN, store=spy, session_id="s"
+        )
     else:
         memory = MEMORIES[kind](store=spy, session_id="s")
     memory.get_context()  # the first read learns how many turns to read
@@ -384,7 +386,7 @@ def test_a_fold_costs_a_compare_and_set_and_a_read() -> None:
     spy = SpyStore(InMemoryStore())
     summarizer = Counting()
     memory = ConversationSummaryBufferMemory(
-        40, summarizer, token_counter=LEN, store=spy, session_id="s"
+        40, summarizer=summarizer, token_counter=LEN, store=spy, session_id="s"
     )
     memory.add_messages([Message(Role.USER, "q1"), Message(Role.ASSISTANT, "a" * 20)])
     spy.calls.clear()

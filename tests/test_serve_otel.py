@@ -9,24 +9,16 @@ import pytest
 pytest.importorskip("uvicorn", reason="the server extra is not installed")
 pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed")
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
-    InMemorySpanExporter,
-)
+from opentelemetry.sdk.trace import ReadableSpan
 
+import _tracing
 from test_serve import TOOL_TURN, Live, key_for
 from zerda.stores import InMemoryStore
 
-_EXPORTER = InMemorySpanExporter()
-
 
 @pytest.fixture(scope="module", autouse=True)
-def _tracing() -> None:
-    # The global provider can be set once per process; no other test sets one.
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    trace.set_tracer_provider(provider)
+def _tracing_on() -> None:
+    _tracing.start()
 
 
 @pytest.fixture
@@ -38,9 +30,10 @@ def live() -> Iterator[Live]:
 
 @pytest.fixture
 def spans() -> Iterator[Callable[[], list[ReadableSpan]]]:
-    _EXPORTER.clear()
-    yield _EXPORTER.get_finished_spans  # type: ignore[misc]
-    _EXPORTER.clear()
+    _tracing.clear()
+    # The service's own spans (the memories it drives add theirs under zerda.memory).
+    yield lambda: _tracing.finished("zerda.server")
+    _tracing.clear()
 
 
 def test_each_memory_operation_is_a_span_after_the_genai_conventions(

@@ -93,7 +93,7 @@ def test_an_oversized_turn_fits_and_keeps_its_shape(
         with pytest.raises(ContextOverflowError) as info:
             memory.get_context()
         assert info.value.limit == budget
-        assert "never cut" in str(info.value)
+        assert "cannot be cut" in str(info.value)
         # A message alone fits 50; an 85-token image and three texts need more than 100.
         assert scenario != "pasted-document"
         assert budget <= (100 if scenario == "both-and-an-image" else 50)

@@ -73,7 +73,7 @@ def check(memory: ConversationSummaryBufferMemory, counter: Any) -> dict[str, An
 
 def test_evicted_turns_are_folded_in_order_and_never_shown_twice() -> None:
     summarizer = Counting()
-    memory = ConversationSummaryBufferMemory(200, summarizer, token_counter=len)
+    memory = ConversationSummaryBufferMemory(200, summarizer=summarizer, token_counter=len)
     for i in range(8):
         memory.add_messages(turn(i))
         check(memory, memory.token_counter)
@@ -93,7 +93,7 @@ def test_evicted_turns_are_folded_in_order_and_never_shown_twice() -> None:
 
 def test_reads_never_summarize() -> None:
     summarizer = Counting()
-    memory = ConversationSummaryBufferMemory(160, summarizer, token_counter=len)
+    memory = ConversationSummaryBufferMemory(160, summarizer=summarizer, token_counter=len)
     for i in range(6):
         memory.save_context({"input": f"q{i} " + "y" * 40}, {"output": f"a{i}"})
     calls = len(summarizer.calls)
@@ -141,7 +141,7 @@ def test_the_taskmaster_sessions_stay_in_budget_with_a_summary() -> None:
 def test_a_failing_summarizer_loses_nothing_and_a_later_write_retries() -> None:
     store = InMemoryStore()
     broken = ConversationSummaryBufferMemory(
-        120, Counting(fail=True), token_counter=len, store=store
+        120, summarizer=Counting(fail=True), token_counter=len, store=store
     )
     for i in range(6):
         broken.add_messages(turn(i))
@@ -152,7 +152,7 @@ def test_a_failing_summarizer_loses_nothing_and_a_later_write_retries() -> None:
     assert len(broken.get_history()) == 12, "every message is stored"
 
     healthy = Counting()
-    fixed = ConversationSummaryBufferMemory(120, healthy, token_counter=len, store=store)
+    fixed = ConversationSummaryBufferMemory(120, summarizer=healthy, token_counter=len, store=store)
     fixed.add_messages(turn(6))
     stats = check(fixed, fixed.token_counter)
     assert stats["turns_pending"] == 0
@@ -185,13 +185,17 @@ def test_a_fold_whose_second_read_sees_a_changed_session_starts_again(meanwhile:
     two workers on one session: turns lost, others folded twice)."""
     store = Interleaving()
     broken = ConversationSummaryBufferMemory(
-        120, Counting(fail=True), token_counter=len, store=store
+        120, summarizer=Counting(fail=True), token_counter=len, store=store
     )
     for i in range(20):  # nothing folds: every turn is pending, more than a first read holds
         broken.add_messages(turn(i))
-    other = ConversationSummaryBufferMemory(120, Counting(), token_counter=len, store=store)
+    other = ConversationSummaryBufferMemory(
+        120, summarizer=Counting(), token_counter=len, store=store
+    )
     counting = Counting()
-    memory = ConversationSummaryBufferMemory(120, counting, token_counter=len, store=store)
+    memory = ConversationSummaryBufferMemory(
+        120, summarizer=counting, token_counter=len, store=store
+    )
 
     def act() -> object:
         if meanwhile == "append":
@@ -215,7 +219,7 @@ def test_a_fold_whose_second_read_sees_a_changed_session_starts_again(meanwhile:
 
 def test_strict_raises_after_the_write_is_stored() -> None:
     memory = ConversationSummaryBufferMemory(
-        120, Counting(fail=True), token_counter=len, strict=True
+        120, summarizer=Counting(fail=True), token_counter=len, strict=True
     )
     memory.add_messages(turn(0))  # it fits: nothing to fold yet
     with pytest.raises(SummarizerError, match="the model is down"):
@@ -259,7 +263,7 @@ def reopen(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[
 def test_a_restart_neither_resummarizes_nor_loses_anything(reopen: Callable[[], Store]) -> None:
     summarizer = Counting()
     first = ConversationSummaryBufferMemory(
-        120, summarizer, token_counter=len, store=reopen(), session_id="ada"
+        120, summarizer=summarizer, token_counter=len, store=reopen(), session_id="ada"
     )
     for i in range(7):
         first.add_messages(turn(i))
@@ -269,7 +273,7 @@ def test_a_restart_neither_resummarizes_nor_loses_anything(reopen: Callable[[], 
 
     again = Counting()
     second = ConversationSummaryBufferMemory(
-        120, again, token_counter=len, store=reopen(), session_id="ada"
+        120, summarizer=again, token_counter=len, store=reopen(), session_id="ada"
     )
     assert second.get_context() == before
     assert second.get_memory_stats()["turns_summarized"] == stats["turns_summarized"]
@@ -282,12 +286,12 @@ def test_a_restart_neither_resummarizes_nor_loses_anything(reopen: Callable[[], 
 
 
 def test_async_twins_fold_the_same_way() -> None:
-    sync = ConversationSummaryBufferMemory(120, Counting(), token_counter=len)
+    sync = ConversationSummaryBufferMemory(120, summarizer=Counting(), token_counter=len)
     for i in range(7):
         sync.add_messages(turn(i))
 
     async def run() -> tuple[list[Message], dict[str, Any]]:
-        memory = ConversationSummaryBufferMemory(120, Counting(), token_counter=len)
+        memory = ConversationSummaryBufferMemory(120, summarizer=Counting(), token_counter=len)
         for i in range(7):
             await memory.aadd_messages(turn(i))
         return await memory.aget_context(), await memory.aget_memory_stats()
@@ -300,7 +304,7 @@ def test_async_twins_fold_the_same_way() -> None:
 
 
 def test_summary_memory_keeps_only_the_summary_and_the_turn_in_progress() -> None:
-    memory = ConversationSummaryMemory(Counting(), token_counter=len)
+    memory = ConversationSummaryMemory(summarizer=Counting(), token_counter=len)
     memory.add_message(Message("system", "Be brief."))
     for i in range(3):
         memory.add_messages(turn(i, size=5))
@@ -329,7 +333,7 @@ def test_summary_memory_keeps_only_the_summary_and_the_turn_in_progress() -> Non
 def test_summary_memory_takes_a_session_that_repair_leaves_empty() -> None:
     # A greeting and a result whose call never existed: repair drops both, so the only turn
     # is empty. Writing and reading it used to fail with an IndexError (found by hypothesis).
-    memory = ConversationSummaryMemory(Counting(), token_counter=len)
+    memory = ConversationSummaryMemory(summarizer=Counting(), token_counter=len)
     memory.add_messages(
         [
             Message("assistant", "Welcome! What can I get you?"),
@@ -350,7 +354,7 @@ def test_the_llm_summarizer_gets_the_previous_summary_and_the_new_lines() -> Non
         return f"summary #{len(prompts)}"
 
     memory = ConversationSummaryBufferMemory(
-        120, LLMSummarizer("test-model", client=model), token_counter=len
+        120, summarizer=LLMSummarizer("test-model", client=model), token_counter=len
     )
     for i in range(7):
         memory.add_messages(turn(i))
@@ -393,7 +397,9 @@ def test_background_folds_return_first_and_keep_the_context_consistent() -> None
 
     async def run() -> None:
         slow = Slow()
-        memory = ConversationSummaryBufferMemory(200, slow, token_counter=len, background=True)
+        memory = ConversationSummaryBufferMemory(
+            200, summarizer=slow, token_counter=len, background=True
+        )
         for i in range(6):
             await memory.aadd_messages(turn(i))  # returns while the summarizer waits
         assert slow.calls == []

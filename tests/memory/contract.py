@@ -106,13 +106,15 @@ def make_memory(kind: str, store: Any, session_id: str) -> BaseMemory:
     if kind == "window":
         return ConversationBufferWindowMemory(k=WINDOW, **options)
     if kind == "token":
-        return ConversationTokenBufferMemory(BUDGET, COUNTER, **options)
+        return ConversationTokenBufferMemory(BUDGET, token_counter=COUNTER, **options)
     if kind == "summary_buffer":
         return ConversationSummaryBufferMemory(
-            BUDGET, TaggingSummarizer(), token_counter=COUNTER, **options
+            BUDGET, summarizer=TaggingSummarizer(), token_counter=COUNTER, **options
         )
     if kind == "summary":
-        return ConversationSummaryMemory(TaggingSummarizer(), token_counter=COUNTER, **options)
+        return ConversationSummaryMemory(
+            summarizer=TaggingSummarizer(), token_counter=COUNTER, **options
+        )
     raise AssertionError(f"unknown kind {kind!r}")
 
 

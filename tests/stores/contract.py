@@ -763,8 +763,8 @@ class _Contract:
         after = (s.history("s"), s.tail("s", None, "x"), s.list_sessions())
         assert after[0] == before[0], "a retried batch was stored again"
         assert_same_tail(after[1], before[1])
-        assert [(i.message_count, i.turn_count) for i in after[2]] == [
-            (i.message_count, i.turn_count) for i in before[2]
+        assert [(i.messages, i.turns) for i in after[2]] == [
+            (i.messages, i.turns) for i in before[2]
         ]
         assert [m.id for m in s.history("s")] == [None, None, "m1", "m2"]
 
@@ -792,7 +792,7 @@ class _Contract:
             for turns in (None, 1, 2):
                 assert_tail(s.tail("s", turns, counter), model_tail(log, turns, counter))
         [info] = s.list_sessions()
-        assert (info.message_count, info.turn_count) == (len(log), 2)
+        assert (info.messages, info.turns) == (len(log), 2)
 
     def test_messages_without_ids_are_always_stored(self) -> None:
         s = self.open()
@@ -1160,7 +1160,7 @@ class _Contract:
         s = self.open()
         s.update_metadata("m", {"k": "v"})
         [info] = s.list_sessions()
-        assert (info.session_id, info.message_count, info.turn_count) == ("m", 0, 0)
+        assert (info.session_id, info.messages, info.turns) == ("m", 0, 0)
         assert (info.created_at, info.updated_at) == (T0, T0)
         assert_empty(s.tail("m", None))
         assert s.history("m") == []
@@ -1215,9 +1215,9 @@ class _Contract:
                 assert info.updated_at == T0 + len(ids) + 0.1
             else:
                 assert info.updated_at == T0 + n
-        assert (by_id["a"].message_count, by_id["a"].turn_count) == (1 + 5 + 2, 2)
-        assert (by_id["b"].message_count, by_id["b"].turn_count) == (1, 1)
-        assert (by_id["z:1"].message_count, by_id["z:1"].turn_count) == (7, 1)
+        assert (by_id["a"].messages, by_id["a"].turns) == (1 + 5 + 2, 2)
+        assert (by_id["b"].messages, by_id["b"].turns) == (1, 1)
+        assert (by_id["z:1"].messages, by_id["z:1"].turns) == (7, 1)
 
     def test_delete_session(self) -> None:
         s = self.open()
@@ -1298,7 +1298,7 @@ class _Contract:
         assert_tail(s.tail("s", None, "x"), model_tail(entries([U2], {"x": [4]}), None, "x"))
         assert s.get_metadata("s") == {}
         [info] = s.list_sessions()
-        assert (info.created_at, info.updated_at, info.message_count) == (T0 + 10, T0 + 10, 1)
+        assert (info.created_at, info.updated_at, info.messages) == (T0 + 10, T0 + 10, 1)
 
     def test_ttl_metadata_write_after_expiry_starts_fresh(self) -> None:
         s = self.open(ttl=10)
@@ -1365,8 +1365,8 @@ class _Contract:
                 for turns in (None, 1, 2):
                     assert_tail(s.tail("s", turns, counter), model_tail(kept, turns, counter))
             [info] = s.list_sessions()
-            assert info.message_count == len(history)
-            assert info.turn_count == len(turns_of(kept))
+            assert info.messages == len(history)
+            assert info.turns == len(turns_of(kept))
 
     def test_retention_in_one_big_batch(self) -> None:
         s = self.open(max_messages=5)

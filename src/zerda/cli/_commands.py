@@ -17,10 +17,10 @@ from typing import Any, TextIO
 
 from zerda import formats
 from zerda.cli import _replay
-from zerda.cli._jsonl import FORM_NAMES, Parsed, parse_jsonl
+from zerda.cli._jsonl import MAX_PROBLEMS, Parsed, parse_jsonl
 from zerda.cli._render import brief, clip, local_time, plural, size, table, terminal_width
 from zerda.cli._serve import cmd_keys, cmd_mcp, cmd_serve
-from zerda.errors import ContextOverflowError, ZerdaError
+from zerda.errors import ContextOverflowError, InvalidSessionIdError, ZerdaError
 from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
@@ -28,7 +28,14 @@ from zerda.memory import (
     ConversationTokenBufferMemory,
 )
 from zerda.messages import Message, Role, group_turns, stamp_batch
-from zerda.stores._base import KEY_SESSION_PREFIX, SessionInfo, Store, Tail, redact
+from zerda.stores._base import (
+    KEY_SESSION_PREFIX,
+    SessionInfo,
+    Store,
+    Tail,
+    check_session_id,
+    redact,
+)
 from zerda.stores._open import StoreTarget, open_store, parse_target
 from zerda.tokens import TokenCounter, counter_by_name
 
@@ -124,7 +131,7 @@ def _session_json(info: SessionInfo) -> dict[str, Any]:
     return {
         "session_id": info.session_id,
         "message_count": info.message_count,
-        "turn_count": info.turn_count,
+        "turn_count": info.turns,
         "created_at": info.created_at,
         "updated_at": info.updated_at,
         "expires_at": info.expires_at,
@@ -144,9 +151,7 @@ def cmd_sessions(args: argparse.Namespace, ctx: Context) -> int:
         print(f"No sessions in {ctx.shown}.", file=ctx.out)
     else:
         rows: list[Sequence[object]] = [("session", "messages", "turns", "last activity")]
-        rows += [
-            (s.session_id, s.message_count, s.turn_count, local_time(s.updated_at)) for s in infos
-        ]
+        rows += [(s.session_id, s.messages, s.turns, local_time(s.updated_at)) for s in infos]
         for line in table(rows, "lrrl"):
             print(line, file=ctx.out)
     return 0
@@ -230,7 +235,7 @@ def _context(store: Store, args: argparse.Namespace, counter: TokenCounter) -> _
     The rows come from the memory's own view of the session (one read): the context as
     repaired and, when the newest turn alone is over the budget, shortened.
     """
-    memory: BaseMemory
+    memory: BaseMemory[Any]
     settings: dict[str, Any]
     if args.k is not None:
         memory = ConversationBufferWindowMemory(k=args.k, store=store, session_id=args.session)
@@ -483,8 +488,22 @@ def _parse(ctx: Context, data: bytes, name: str, done: str) -> Parsed:
 
 
 def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
+    if args.session_prefix is not None:
+        problem = None
+        if args.session_field is None:
+            problem = "--session-prefix goes with --session-field"
+        elif args.session_prefix and not _valid_session_id(args.session_prefix):
+            problem = (
+                f"argument --session-prefix: {args.session_prefix!r} cannot start a session "
+                "id: 1 to 200 of A-Z a-z 0-9 _ . : @ + = -"
+            )
+        if problem is not None:
+            print(f"zerda: error: {problem} (see 'zerda import --help')", file=ctx.err)
+            return 2
     data, name = _read_input(args.file)
     parsed = _parse(ctx, data, name, "imported")
+    if args.session_field is not None:
+        return _import_by_field(args, ctx, parsed, name)
     # Stamped as memories stamp them: every message stored has a time and an id. Messages that
     # come with ids (an export --full) and are in the session already are skipped.
     batch = stamp_batch(parsed.messages, time.time())
@@ -508,8 +527,7 @@ def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
             },
         )
         return 0
-    assert parsed.form is not None  # _parse refuses a file without messages
-    form = FORM_NAMES[parsed.form]
+    form = parsed.form_name  # _parse refuses a file without messages
     if parsed.form == "conversations":
         form = f"{plural(parsed.conversations, 'conversation')}, {form}"
     skipped = len(batch) - stored
@@ -520,6 +538,132 @@ def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
     print(
         f"Imported {what} from {name} ({form}) into session {args.session}, which now holds "
         f"{plural(after.total_messages, 'message')} in {plural(after.total_turns, 'turn')}{held}.",
+        file=ctx.out,
+    )
+    return 0
+
+
+def _valid_session_id(value: str) -> bool:
+    try:
+        check_session_id(value)
+    except InvalidSessionIdError:
+        return False
+    return True
+
+
+def _session_of(record: dict[str, Any], key: str, prefix: str, number: int) -> str:
+    """The session conversation ``number`` goes to by ``--session-field key``, else why not."""
+    if key not in record:
+        keys = ", ".join(repr(k) for k in sorted([*record, "messages"]))
+        raise ZerdaError(
+            f"conversation {number} has no {key!r} to name its session; its keys: {keys}"
+        )
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        kind = "null" if value is None else f"a JSON {type(value).__name__}"
+        raise ZerdaError(
+            f"conversation {number}: {key!r} is {kind}; a session is named by a string or a "
+            "whole number"
+        )
+    session = f"{prefix}{value}"
+    try:
+        return check_session_id(session)
+    except InvalidSessionIdError as exc:
+        raise ZerdaError(f"conversation {number}: {key!r} makes no session id: {exc}") from None
+
+
+def _import_by_field(args: argparse.Namespace, ctx: Context, parsed: Parsed, name: str) -> int:
+    """Each conversation into the session its field names: every conversation checked first,
+    then one atomic batch a session, in the order the sessions first appear."""
+    key, prefix = args.session_field, args.session_prefix or ""
+    if parsed.form != "conversations":
+        raise ZerdaError(
+            f'--session-field needs conversations ({{"messages": [...]}}, one a line or in a '
+            f"JSON array); {name} holds {parsed.form_name}; nothing imported"
+        )
+    problems = []
+    sessions: dict[str, list[Message]] = {}
+    conversations: dict[str, int] = {}
+    spans = parsed.spans()
+    for number, ((start, end), record, line) in enumerate(
+        zip(spans, parsed.records, parsed.conversation_lines, strict=True), 1
+    ):
+        try:
+            session = _session_of(record, key, prefix, number)
+        except ZerdaError as exc:
+            problems.append(f"{name}:{line}: {exc}")
+            continue
+        sessions.setdefault(session, []).extend(parsed.messages[start:end])
+        conversations[session] = conversations.get(session, 0) + 1
+    if problems:
+        for problem in problems[:MAX_PROBLEMS]:
+            print(f"zerda: error: {problem}", file=ctx.err)
+        hidden = len(problems) - MAX_PROBLEMS
+        more = f" ({hidden} more not shown)" if hidden > 0 else ""
+        bad = plural(len(problems), "conversation")
+        raise ZerdaError(
+            f"nothing imported: {bad} of {len(spans)} in {name} without a session name by "
+            f"--session-field {key}{more}"
+        )
+    now = time.time()
+    done: list[dict[str, Any]] = []
+    with _writing(ctx) as store:
+        for session, messages in sessions.items():
+            if not messages:
+                continue  # conversations with no messages: no session to create
+            batch = stamp_batch(messages, now)
+            try:
+                stored = store.append(session, batch)
+                after = store.tail(session, 0)
+            except (ZerdaError, OSError, ValueError, sqlite3.Error) as exc:
+                if not done:
+                    raise
+                raise ZerdaError(
+                    f"{exc} (importing into session {session}; the {plural(len(done), 'session')} "
+                    "before it were imported, each in full)"
+                ) from exc
+            done.append(
+                {
+                    "session_id": session,
+                    "conversations": conversations[session],
+                    "messages": len(batch),
+                    "stored": stored,
+                    "turns": len(group_turns(batch)),
+                    "session_messages": after.total_messages,
+                    "session_turns": after.total_turns,
+                }
+            )
+    messages_in = sum(s["messages"] for s in done)
+    stored_in = sum(s["stored"] for s in done)
+    turns = sum(s["turns"] for s in done)
+    if ctx.json:
+        _emit_json(
+            ctx,
+            {
+                "source": name,
+                "form": parsed.form,
+                "conversations": parsed.conversations,
+                "messages": messages_in,
+                "stored": stored_in,
+                "turns": turns,
+                "session_field": key,
+                "session_prefix": prefix,
+                "sessions": done,
+            },
+        )
+        return 0
+    skipped = messages_in - stored_in
+    what = f"{plural(messages_in, 'message')} ({plural(turns, 'turn')})"
+    if skipped:
+        what = f"{stored_in} of {what}"
+    held = f"; {skipped} had an id their session holds already" if skipped else ""
+    names = ", ".join(s["session_id"] for s in done[:3])
+    if len(done) > 3:
+        names += f" and {len(done) - 3:,} more"
+    form = f"{plural(parsed.conversations, 'conversation')}, {parsed.form_name}"
+    print(
+        f"Imported {what} from {name} ({form}) into {plural(len(done), 'session')} named by "
+        f"{key!r}: {names}{held}.",
         file=ctx.out,
     )
     return 0
@@ -541,6 +685,12 @@ def _settings(args: argparse.Namespace) -> list[_replay.Setting]:
 
 
 def cmd_replay(args: argparse.Namespace, ctx: Context) -> int:
+    if args.log_scale and args.plot is None:
+        print(
+            "zerda: error: --log-scale goes with --plot FILE (see 'zerda replay --help')",
+            file=ctx.err,
+        )
+        return 2
     # What can fail fast does, before a long file is read and replayed.
     if args.plot is not None:
         _replay.check_plot(args.plot)
@@ -557,6 +707,8 @@ def cmd_replay(args: argparse.Namespace, ctx: Context) -> int:
         as_json=ctx.json,
         per_turn=args.per_turn,
         plot=args.plot,
+        one_session=args.as_one_session,
+        log_scale=args.log_scale,
     )
 
 

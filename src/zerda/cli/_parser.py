@@ -237,17 +237,42 @@ def build_parser() -> argparse.ArgumentParser:
         "Append the messages of a JSONL file to a session, as one atomic batch.\n\n"
         'A file holds either one message a line ({"role": "user", "content": ...}, as\n'
         "'zerda export' writes) or one conversation a line ({\"messages\": [...]}, other keys\n"
-        "ignored); the first line decides. Every line is checked before anything is written:\n"
+        "ignored); the first line decides. A file that starts with [ is a JSON array of\n"
+        "either instead (a .json file). Every line is checked before anything is written:\n"
         "a bad line is reported as FILE:LINE: reason, and then nothing is imported. Messages\n"
-        "without created_at are stamped with the time of the import.",
+        "without created_at are stamped with the time of the import.\n\n"
+        "--session-field FIELD puts each conversation in a session of its own instead, named\n"
+        "by its FIELD key (--session-field id; conversations with the same value share one),\n"
+        "after --session-prefix if given. Every conversation is checked first: one without a\n"
+        "usable FIELD is an error, and then nothing is imported. Each session is written as\n"
+        "one atomic batch.",
     )
-    import_.add_argument("file", metavar="FILE", help="the JSONL file; - reads standard input")
+    import_.epilog = (
+        "examples:\n"
+        "  zerda import chat.jsonl --session ada\n"
+        "  zerda import dialogs.jsonl --session-field id --session-prefix tm4:\n"
+        "  zerda import dialogs.json --session-field id"
+    )
     import_.add_argument(
+        "file", metavar="FILE", help="the JSONL or JSON array file; - reads standard input"
+    )
+    into = import_.add_mutually_exclusive_group(required=True)
+    into.add_argument(
         "--session",
-        required=True,
         type=_session_id,
         metavar="ID",
         help="the session to append to (created if needed): 1 to 200 of A-Z a-z 0-9 _ . : @ + = -",
+    )
+    into.add_argument(
+        "--session-field",
+        metavar="FIELD",
+        help="a session per conversation, named by the value of its FIELD key (a string or a "
+        "whole number), such as id; sessions are created if needed",
+    )
+    import_.add_argument(
+        "--session-prefix",
+        metavar="PREFIX",
+        help="with --session-field: put PREFIX before every session name (tm4: gives tm4:ID)",
     )
 
     stats = command(
@@ -387,7 +412,8 @@ found, and a bad line is reported as FILE:LINE: reason. A turn is a user message
 everything that answers it; system and developer messages before the first turn are
 added first.
 Each conversation of a file is replayed as its own session, one after another, and
-the summary adds up all their turns.
+the summary adds up all their turns. --as-one-session plays them instead as one long
+session: one memory per setting, fed every conversation in file order.
 
 The memory lives in memory only: no store is opened and nothing is written (--db is
 not used). --memory window takes --k; token (ConversationTokenBufferMemory) and
@@ -397,7 +423,9 @@ means token.
 
 Several values (--k 5,10,20, or --k 5 --k 10) replay the log once for each: the
 output is then one summary table with a row per value (--per-turn adds every
-setting's turns), and --plot draws them side by side. With one value the turns are
+setting's turns), and --plot draws them side by side, with the tokens each saves
+(past 300 turns, each point of a line is the mean of a bucket of turns, and a band
+spans the bucket's least to largest context). With one value the turns are
 shown too (--quiet leaves them out). --json prints every turn of every setting and
 the summaries, whatever --quiet and --per-turn say. A progress bar shows on standard
 error when it is a terminal."""
@@ -408,7 +436,9 @@ examples:
   zerda replay chat.jsonl --token-limit 2000 --counter cl100k_base
   zerda replay chat.jsonl --memory summary-buffer --token-limit 1000 --quiet
   zerda replay chat.jsonl --k 5,10,20 --plot window.png
-  zerda replay dialogs.jsonl --token-limit 500 --token-limit 1000 --json > replay.json"""
+  zerda replay dialogs.jsonl --token-limit 500 --token-limit 1000 --json > replay.json
+  zerda replay dialogs.jsonl --as-one-session --token-limit 500,1000,2000
+  zerda replay dialogs.jsonl --as-one-session --k 3 --plot one.png --log-scale"""
 
 
 def _replay_command(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -471,7 +501,19 @@ def _replay_command(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--plot",
         metavar="FILE",
         help="draw the context tokens per turn of every setting, and of the full history, "
-        f"into FILE (.png, .svg, .pdf, ...); needs matplotlib: {PLOT_HINT}",
+        "and the tokens each setting saves, into FILE (.png, .svg, .pdf, ...); needs "
+        f"matplotlib: {PLOT_HINT}",
+    )
+    replay.add_argument(
+        "--log-scale",
+        action="store_true",
+        help="with --plot: a logarithmic token axis, for a full history far above the budgets",
+    )
+    replay.add_argument(
+        "--as-one-session",
+        action="store_true",
+        help="play every conversation of the file, in order, as one long session (default: "
+        "each conversation its own session)",
     )
     rows = replay.add_mutually_exclusive_group()
     rows.add_argument(

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from zerda.cli._jsonl import FORM_NAMES, Parsed
+from zerda.cli._jsonl import Parsed
 from zerda.cli._parser import PLOT_HINT
 from zerda.cli._render import plural, table, terminal_width
 from zerda.errors import ContextOverflowError, ZerdaError
@@ -56,6 +56,33 @@ MEMORY_CLASSES: dict[MemoryKind, str] = {
 PROGRESS_DELAY = 0.5
 PROGRESS_INTERVAL = 0.1
 
+# The plot draws at most this many points a line; past that, turns are taken in buckets.
+PLOT_POINTS = 100
+# A full history this many times over every setting and budget goes off the top of a plot.
+OFF_THE_TOP = 4
+FULL_COLOR = "0.2"
+# tab10 without its grey, which is the full history's.
+COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#17becf",
+)
+# A line style and a marker per setting, never the full history's dashes.
+STYLES: tuple[tuple[Any, str], ...] = (
+    ("-", "o"),
+    ((0, (6, 2)), "s"),
+    ("-.", "^"),
+    ((0, (1, 1.2)), "D"),
+    ((0, (8, 2, 1, 2, 1, 2)), "v"),
+    ((0, (3, 1, 3, 3)), "P"),
+)
+
 
 # -- what is replayed ------------------------------------------------------------------------
 
@@ -93,7 +120,7 @@ class Setting:
             "label": self.label,
         }
 
-    def memory_for(self, counter: TokenCounter) -> BaseMemory:
+    def memory_for(self, counter: TokenCounter) -> BaseMemory[Any]:
         """A fresh memory over its own in-memory store: nothing is written anywhere."""
         store = InMemoryStore()
         if self.memory == "window":
@@ -190,15 +217,21 @@ class ReplayOverflowError(ZerdaError):
         self.turn = turn
 
 
-def full_history(conversations: Sequence[Conversation], counter: TokenCounter) -> list[int]:
+def full_history(
+    conversations: Sequence[Conversation], counter: TokenCounter, *, one_session: bool = False
+) -> list[int]:
     """Per turn, in order, the tokens of the whole conversation so far by ``counter``: what
     sending the full history would cost. It does not depend on the memory, so a replay of
-    several settings counts it once."""
+    several settings counts it once. With ``one_session`` the history is every conversation
+    so far, one after another, as :func:`replay` plays them then."""
     priming = counter.count_messages([])
     out: list[int] = []
+    full = priming
     for conversation in conversations:
         # The counters are additive: the whole prompt is its messages plus the priming.
-        full = priming + sum(map(counter.count_message, conversation.pinned))
+        if not one_session:
+            full = priming
+        full += sum(map(counter.count_message, conversation.pinned))
         for turn in conversation.turns:
             full += sum(map(counter.count_message, turn.messages))
             out.append(full)
@@ -210,16 +243,24 @@ def replay(
     setting: Setting,
     counter: TokenCounter,
     full: Sequence[int] | None = None,
+    *,
+    one_session: bool = False,
 ) -> Iterator[TurnRow]:
     """Replay each conversation as its own session, one turn at a time: a row per turn.
+    With ``one_session``, every conversation goes into one memory instead, one after another
+    in order (each one's pinned messages added when it starts), as one growing session.
 
     After each turn: ``get_context()`` and ``get_memory_stats()`` of the memory, and the
-    tokens the whole conversation so far would cost (``full``, from :func:`full_history`,
-    computed here when not given).
+    tokens the whole conversation (the whole session) so far would cost (``full``, from
+    :func:`full_history`, computed here when not given).
     """
-    fulls = iter(full_history(conversations, counter) if full is None else full)
-    for conversation in conversations:
-        memory = setting.memory_for(counter)
+    if full is None:
+        full = full_history(conversations, counter, one_session=one_session)
+    fulls = iter(full)
+    memory = setting.memory_for(counter)
+    for number, conversation in enumerate(conversations):
+        if number and not one_session:
+            memory = setting.memory_for(counter)
         if conversation.pinned:
             memory.add_messages(conversation.pinned)
         for turn in conversation.turns:
@@ -391,46 +432,178 @@ def check_plot(path: str) -> None:
         raise ZerdaError(f"--plot {path}: the folder {folder} does not exist")
 
 
-def draw(runs: Sequence[Run], counter_name: str, title: str) -> Figure:
-    """Context tokens per turn, a line per setting, and the full history for reference; a
-    dotted line at each token budget."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+@dataclass(frozen=True, slots=True)
+class Buckets:
+    """Values per turn taken ``size`` consecutive turns at a time, for a plot: the turn in
+    the middle of each bucket, and the mean, least and largest value of its turns. With
+    ``size`` 1 each bucket is a turn and its value."""
 
-    figure = Figure(figsize=(10, 5.5), layout="constrained")
-    axes = figure.add_subplot()
+    size: int
+    turns: list[float]
+    mean: list[float]
+    low: list[int]
+    high: list[int]
+
+
+def aggregate(values: Sequence[int], points: int = PLOT_POINTS) -> Buckets:
+    """``values`` (one a turn, the first turn 1) in at most ``points`` buckets of equal size
+    (the last one may be smaller): every turn is in one bucket, none is dropped."""
+    if points < 1:
+        raise ValueError(f"points must be at least 1, got {points}")
+    size = max(1, -(-len(values) // points))  # rounded up
+    buckets = Buckets(size, [], [], [], [])
+    for start in range(0, len(values), size):
+        chunk = values[start : start + size]
+        buckets.turns.append(start + (len(chunk) + 1) / 2)
+        buckets.mean.append(statistics.fmean(chunk))
+        buckets.low.append(min(chunk))
+        buckets.high.append(max(chunk))
+    return buckets
+
+
+def draw(
+    runs: Sequence[Run],
+    counter_name: str,
+    title: str,
+    *,
+    log_scale: bool = False,
+    one_session: bool = False,
+) -> Figure:
+    """Two panels. Above, context tokens per turn: a line per setting, the full history
+    dashed for reference, a dotted line at each token budget. Past ``PLOT_POINTS`` turns,
+    each point is the mean of a bucket of turns (:func:`aggregate`), and a band spans the
+    bucket's least to largest context (the full history's, and each setting's that differs
+    from it). Below, what each setting saves against the full history, as bars.
+
+    No line hides another: each setting has its own colour, line style and markers; lines
+    drawn later are thinner, and the full history is a thin line on top, so a line equal to
+    another shows inside it (and its label says so). With ``log_scale`` the token axis is
+    logarithmic; without it, a full history far above every setting goes off the top of
+    the panel, and its label gives its largest value.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
+
+    figure = Figure(figsize=(10, 6.4 + 0.45 * len(runs)), layout="constrained")
+    lines, bars = figure.subplots(2, 1, height_ratios=(4.4, 0.8 + 0.45 * len(runs)))
     rows = runs[0].rows if runs else []
-    turns = list(range(1, len(rows) + 1))
-    marker = "o" if len(turns) <= 40 else None
-    axes.plot(
-        turns,
-        [r.full_history_tokens for r in rows],
-        color="0.55",
-        linestyle="--",
-        marker=marker,
-        markersize=3,
-        label="full history",
+    full_values = [r.full_history_tokens for r in rows]
+    full = aggregate(full_values)
+    marker_every = max(1, len(full.turns) // 10)
+    seen: dict[tuple[int, ...], str] = {tuple(full_values): "full history"}
+    colors: list[str] = []
+    every = [aggregate([r.context_tokens for r in run.rows]) for run in runs]
+    top = max((max(series.high) for series in every), default=0)  # the settings' largest
+    highest = max(full.high, default=0)
+    off_the_top = not log_scale and bool(runs) and highest > OFF_THE_TOP * top
+    data_top = top if off_the_top else max(top, highest)
+    # A budget far above every context is off the top too: it would squash the lines.
+    budget_top = max(
+        (b for run in runs if (b := run.setting.budget) is not None and b <= 2 * data_top),
+        default=0,
     )
-    for run in runs:
-        (line,) = axes.plot(
-            turns,
-            [r.context_tokens for r in run.rows],
-            marker=marker,
-            markersize=3,
-            label=run.setting.label,
+    y_top = max(data_top, budget_top)
+    for i, (run, series) in enumerate(zip(runs, every, strict=True)):
+        color = COLORS[i % len(COLORS)]
+        style, mark = STYLES[i % len(STYLES)]
+        colors.append(color)
+        values = [r.context_tokens for r in run.rows]
+        label = run.setting.label
+        same = seen.setdefault(tuple(values), label)
+        notes = [] if same == label else [f"the same as {same}"]
+        budget = run.setting.budget
+        if budget is not None and not log_scale and budget > y_top:
+            notes.append(f"budget {budget:,} off the top")
+        if notes:
+            label = f"{label} ({'; '.join(notes)})"
+        lines.plot(
+            series.turns,
+            series.mean,
+            color=color,
+            linestyle=style,
+            linewidth=max(1.3, 4.6 - 1.1 * i),
+            marker=mark,
+            markersize=max(4.0, 7.0 - 0.8 * i),
+            markevery=(i * marker_every // max(1, len(runs)), marker_every),
+            label=label,
+            zorder=3 + i,
         )
-        if run.setting.budget is not None:
-            axes.axhline(run.setting.budget, color=line.get_color(), linestyle=":", linewidth=1)
-    conversations = len({r.conversation for r in rows})
-    axes.set_xlabel(
-        "turn" if conversations <= 1 else f"turn ({conversations} conversations, one after another)"
+        if series.size > 1 and same == run.setting.label:
+            lines.fill_between(
+                series.turns, series.low, series.high, color=color, alpha=0.13, linewidth=0
+            )
+        if budget is not None:
+            lines.axhline(budget, color=color, linestyle=":", linewidth=1.2)
+    full_label = "full history"
+    if off_the_top:
+        full_label += f" (up to {highest:,}: off the top; --log-scale shows it)"
+    lines.plot(
+        full.turns,
+        full.mean,
+        color=FULL_COLOR,
+        linestyle=(0, (4, 2)),
+        linewidth=1.1,
+        marker="o" if len(full.turns) <= 40 else None,
+        markersize=3,
+        label=full_label,
+        zorder=3 + len(runs),
     )
-    axes.set_ylabel(f"context tokens ({counter_name})")
-    axes.set_title(title)
-    axes.set_ylim(bottom=0)
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.grid(alpha=0.3)
-    axes.legend()
+    if full.size > 1:
+        lines.fill_between(
+            full.turns, full.low, full.high, color=FULL_COLOR, alpha=0.15, linewidth=0
+        )
+    conversations = len({r.conversation for r in rows})
+    where = ""
+    if conversations > 1:
+        mode = "played as one session" if one_session else "each its own session"
+        where = f" ({conversations:,} conversations, {mode})"
+    xlabel = f"turn{where}"
+    if full.size > 1:
+        xlabel += f"\neach point: the mean of {full.size:,} turns; the band: their least to largest"
+    lines.set_xlabel(xlabel)
+    lines.set_ylabel(f"context tokens ({counter_name}{', log scale' if log_scale else ''})")
+    lines.set_title("Context tokens per turn")
+    lines.xaxis.set_major_locator(MaxNLocator(integer=True))
+    thousands = FuncFormatter(lambda value, _: f"{value:,.0f}")
+    lines.xaxis.set_major_formatter(thousands)
+    if log_scale:
+        lines.set_yscale("log")
+    else:
+        lines.yaxis.set_major_formatter(thousands)
+        # Room above the lines for the legend; the full history goes off it when far above.
+        lines.set_ylim(0, 1.45 * y_top)
+    lines.grid(alpha=0.3)
+    legend = lines.legend(loc="upper left", ncols=2, fontsize="small", framealpha=0.95)
+    legend.set_zorder(10 + len(runs))  # above every line, the full history's included
+
+    sent_full = runs[0].summary.full_history_tokens_sent if runs else 0
+    percents = [run.summary.saved_percent for run in runs]
+    positions = list(range(len(runs)))
+    bars.barh(positions, percents, color=colors, height=0.62)
+    for position, run, percent in zip(positions, runs, percents, strict=True):
+        shown = f"{percent:.2f}" if 99 < percent < 100 else f"{percent:.1f}"  # not 100.0 twice
+        text = f"saves {shown}%: sends {run.summary.tokens_sent:,} tokens, not {sent_full:,}"
+        inside = percent > 50
+        bars.annotate(
+            text,
+            (max(percent, 0), position),
+            xytext=(-5 if inside else 5, 0),
+            textcoords="offset points",
+            ha="right" if inside else "left",
+            va="center",
+            color="white" if inside else "black",
+            fontsize="small",
+        )
+    bars.set_yticks(positions, [run.setting.label for run in runs])
+    bars.invert_yaxis()  # the first setting on top, as in the legend
+    bars.set_xlim(min([0.0, *percents]), 100)
+    bars.xaxis.set_major_formatter(PercentFormatter())
+    bars.set_xlabel(
+        f"tokens saved against sending the full history every turn, over {len(rows):,} turns"
+    )
+    bars.set_title("Tokens saved")
+    bars.grid(axis="x", alpha=0.3)
+    figure.suptitle(title)
     return figure
 
 
@@ -455,8 +628,11 @@ def run_command(
     as_json: bool,
     per_turn: bool | None,
     plot: str | None,
+    one_session: bool = False,
+    log_scale: bool = False,
 ) -> int:
-    """Replay ``parsed`` once per setting and print the rows, the summary and the plot."""
+    """Replay ``parsed`` once per setting and print the rows, the summary and the plot;
+    with ``one_session``, all its conversations as one session."""
     found = conversations(parsed)
     total_turns = sum(len(c.turns) for c in found)
     if not total_turns:
@@ -464,13 +640,13 @@ def run_command(
             f"{name} holds no turns (only system and developer messages); nothing to replay"
         )
     runs = []
-    full = full_history(found, counter)
+    full = full_history(found, counter, one_session=one_session)
     progress = Progress(err, total_turns * len(settings))
     try:
         for setting in settings:
             rows = []
             try:
-                for row in replay(found, setting, counter, full):
+                for row in replay(found, setting, counter, full, one_session=one_session):
                     rows.append(row)
                     progress.advance(setting.label)
             except ReplayOverflowError as exc:
@@ -481,12 +657,14 @@ def run_command(
     kind = settings[0].memory
     if plot is not None:
         title = f"{Path(name).name}: {MEMORY_CLASSES[kind]}"
-        _save(draw(runs, counter.name, title), plot)
+        figure = draw(runs, counter.name, title, log_scale=log_scale, one_session=one_session)
+        _save(figure, plot)
     if as_json:
         result = {
             "file": name,
             "form": parsed.form,
             "conversations": len(found),
+            "one_session": one_session,
             "messages": len(parsed.messages),
             "turns": total_turns,
             "counter": counter.name,
@@ -497,7 +675,7 @@ def run_command(
         }
         print(json.dumps(result, indent=2, ensure_ascii=False), file=out)
         return 0
-    _print_header(out, parsed, name, found, total_turns, settings, counter)
+    _print_header(out, parsed, name, found, total_turns, settings, counter, one_session)
     if per_turn is None:
         per_turn = len(runs) == 1
     if per_turn:
@@ -506,7 +684,11 @@ def run_command(
     _print_summary(out, runs, counter)
     if plot is not None:
         lines = plural(len(runs), "setting")
-        print(f"\nPlot of context tokens per turn ({lines} and the full history): {plot}", file=out)
+        print(
+            f"\nPlot of context tokens per turn ({lines} and the full history) and of the "
+            f"tokens saved: {plot}",
+            file=out,
+        )
     return 0
 
 
@@ -518,13 +700,17 @@ def _print_header(
     total_turns: int,
     settings: Sequence[Setting],
     counter: TokenCounter,
+    one_session: bool = False,
 ) -> None:
-    assert parsed.form is not None
-    form = FORM_NAMES[parsed.form]
+    form = parsed.form_name
     messages = f"{plural(len(parsed.messages), 'message')} in {plural(total_turns, 'turn')}"
     if parsed.form == "conversations":
         what = f"{plural(len(found), 'conversation')} ({form}), {messages}"
-        sessions = "; each conversation its own session"
+        sessions = (
+            "; all played as one session, in file order"
+            if one_session
+            else "; each conversation its own session"
+        )
     else:
         what = f"{messages} ({form})"
         sessions = ""

@@ -9,7 +9,7 @@ from zerda.errors import InvalidMessageError
 from zerda.integrations._json import json_or_none
 from zerda.parts import Part, part_from_dict
 
-__all__ = ["kept", "restored", "round_trips", "with_kept"]
+__all__ = ["kept", "kept_as_given", "restored", "round_trips", "with_given", "with_kept"]
 
 Block = TypeVar("Block")
 
@@ -50,3 +50,27 @@ def restored(
         return part if to_block(part) == block else None
     except (InvalidMessageError, ValueError, TypeError):
         return None
+
+
+def kept_as_given(given: object, shown: object) -> object:
+    """What to keep of a framework message's content ``given`` that Zerda would show as
+    ``shown``: ``given``, with each item of a list that ``shown`` has at the same place left
+    out (``None``), so that the bookkeeping holds only what Zerda would not give back."""
+    if not isinstance(given, list) or not isinstance(shown, list):
+        return given
+    return [None if i < len(shown) and item == shown[i] else item for i, item in enumerate(given)]
+
+
+def with_given(kept: object, shown: object) -> object | None:
+    """The content :func:`kept_as_given` kept, whole again with ``shown``'s items in its
+    gaps; ``None`` when ``shown`` no longer has an item for a gap."""
+    if not isinstance(kept, list):
+        return kept
+    out = []
+    for i, item in enumerate(kept):
+        if item is None:
+            if not isinstance(shown, list) or i >= len(shown):
+                return None
+            item = shown[i]
+        out.append(item)
+    return out

@@ -15,7 +15,9 @@ Zerda messages: ``from_langchain(to_langchain(m)) == m``. Content parts are Lang
 standard content blocks; a developer message is a ``SystemMessage`` marked as langchain-openai
 marks one. Zerda's ``metadata``, ``created_at`` and ``id`` (and tool calls, and parts, that
 LangChain's fields would not give back exactly) travel in ``additional_kwargs["zerda"]``, which
-chat model integrations do not send to the model.
+chat model integrations do not send to the model. The history leaves that key out unless built
+with ``include_zerda_fields=True``: the messages it gives back are ``==`` to those added (what
+LangChain's fields held is kept in ``metadata["langchain"]``).
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from typing import Any
 
 from zerda._media import data_url, split_data_url
 from zerda.errors import ConfigurationError, InvalidMessageError
-from zerda.integrations._json import json_or_none
+from zerda.integrations._json import storable
 from zerda.integrations._parts import (
     kept,
+    kept_as_given,
     restored,
     round_trips,
+    with_given,
     with_kept,
 )
 from zerda.memory import BaseMemory
@@ -351,7 +355,7 @@ def _exact(call: ToolCall, args: dict[str, Any] | None) -> bool:
     )
 
 
-def to_langchain(message: Message) -> BaseMessage:
+def to_langchain(message: Message, *, include_zerda_fields: bool = True) -> BaseMessage:
     """A Zerda :class:`~zerda.Message` as the matching LangChain message.
 
     user -> ``HumanMessage``, assistant -> ``AIMessage`` (tool calls as ``tool_calls``, with
@@ -362,6 +366,18 @@ def to_langchain(message: Message) -> BaseMessage:
     become LangChain's standard content blocks (``text``, ``image``, ``audio``, ``file``,
     ``reasoning``). ``name`` is kept; ``metadata``, ``created_at``, ``id`` and anything else
     needed to rebuild the message exactly go in ``additional_kwargs["zerda"]``.
+
+    A message :func:`from_langchain` read is the LangChain message it was (``==``): what
+    LangChain's fields held that Zerda's do not (``id``, ``additional_kwargs``,
+    ``response_metadata``, ``usage_metadata``, a tool message's ``status`` and ``artifact``,
+    a ``ChatMessage``'s role, content and tool calls in the shape they were given) is in
+    ``metadata["langchain"]`` and put back, unless the message was changed on Zerda's side
+    since (then it is shown as it now is).
+
+    ``include_zerda_fields=False`` leaves ``additional_kwargs["zerda"]`` out: Zerda's own
+    bookkeeping, which LangChain code does not expect on a message it reads back (the message
+    then is not equal to the one it added), but without which :func:`from_langchain` cannot
+    rebuild the Zerda message exactly.
     """
     if not isinstance(message, Message):
         raise InvalidMessageError(
@@ -384,23 +400,45 @@ def to_langchain(message: Message) -> BaseMessage:
         extra["content_none"] = True
     if message.name is not None:
         fields["name"] = message.name
-    saved = message.metadata.get("langchain")
-    if isinstance(saved, Mapping):  # what from_langchain kept of a LangChain message
-        if isinstance(saved.get("id"), str):
-            fields["id"] = saved["id"]
-        if isinstance(saved.get("response_metadata"), dict):
-            fields["response_metadata"] = dict(saved["response_metadata"])
-        if message.role is Role.TOOL and saved.get("status") in ("success", "error"):
-            fields["status"] = saved["status"]
-
-    if message.role is Role.USER:
-        return HumanMessage(**_with_kwargs(fields, extra))
-    if message.role is Role.SYSTEM:
-        return SystemMessage(**_with_kwargs(fields, extra))
-    if message.role is Role.DEVELOPER:
-        return SystemMessage(**_with_kwargs(fields, extra, {_OPENAI_ROLE: "developer"}))
+    raw = message.metadata.get("langchain")
+    saved: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    if isinstance(saved.get("id"), str):
+        fields["id"] = saved["id"]
+    if isinstance(saved.get("response_metadata"), Mapping):
+        fields["response_metadata"] = dict(saved["response_metadata"])
+    chat_role = saved.get("role")  # given as a ChatMessage, which holds no tool calls
+    if not (
+        isinstance(chat_role, str)
+        and _CHAT_ROLES.get(chat_role) is message.role
+        and not message.tool_calls
+    ):
+        chat_role = None
     if message.role is Role.TOOL:
-        return ToolMessage(tool_call_id=message.tool_call_id, **_with_kwargs(fields, extra))
+        fields["tool_call_id"] = message.tool_call_id
+        if saved.get("status") in ("success", "error"):
+            fields["status"] = saved["status"]
+        if "artifact" in saved:
+            fields["artifact"] = saved["artifact"]
+    elif message.role is Role.ASSISTANT and chat_role is None:
+        fields.update(_langchain_calls(message, extra))
+        if _is_usage(saved.get("usage_metadata")):
+            fields["usage_metadata"] = dict(saved["usage_metadata"])
+    given_kwargs = saved.get("additional_kwargs")
+    kwargs: dict[str, Any] = {}
+    if isinstance(given_kwargs, Mapping):
+        kwargs = {k: v for k, v in given_kwargs.items() if k != ZERDA_KEY}
+    if message.role is Role.DEVELOPER and chat_role is None:
+        kwargs[_OPENAI_ROLE] = "developer"
+    if include_zerda_fields and extra:
+        kwargs[ZERDA_KEY] = extra
+    if kwargs:
+        fields["additional_kwargs"] = kwargs
+    return _as_given(_built(message.role, chat_role, fields), saved, message)
+
+
+def _langchain_calls(message: Message, extra: dict[str, Any]) -> dict[str, Any]:
+    """An ``AIMessage``'s ``tool_calls`` and ``invalid_tool_calls`` for the message's calls;
+    when they would not give the calls back exactly, the calls go in ``extra`` too."""
     tool_calls: list[LCToolCall] = []
     invalid: list[InvalidToolCall] = []
     all_exact = True
@@ -420,23 +458,64 @@ def to_langchain(message: Message) -> BaseMessage:
             tool_calls.append(tool_call(name=call.name, args=args, id=call.id))
     if not all_exact:  # keep the calls as said, in order, so from_langchain restores them
         extra["tool_calls"] = [call.to_dict() for call in message.tool_calls]
-    return AIMessage(
-        tool_calls=tool_calls, invalid_tool_calls=invalid, **_with_kwargs(fields, extra)
+    return {"tool_calls": tool_calls, "invalid_tool_calls": invalid}
+
+
+def _is_usage(value: object) -> bool:
+    """Whether ``value`` is a LangChain ``UsageMetadata`` (its three counts given)."""
+    return isinstance(value, Mapping) and all(
+        isinstance(value.get(key), int) for key in ("input_tokens", "output_tokens", "total_tokens")
     )
 
 
-def _with_kwargs(
-    fields: dict[str, Any], extra: dict[str, Any], kwargs: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    kwargs = dict(kwargs or {})
-    if extra:
-        kwargs[ZERDA_KEY] = extra
-    return {**fields, "additional_kwargs": kwargs} if kwargs else fields
+def _built(role: Role, chat_role: str | None, fields: dict[str, Any]) -> BaseMessage:
+    """The LangChain message of ``role`` (a ``ChatMessage`` of ``chat_role`` when given)."""
+    if chat_role is not None:
+        return ChatMessage(role=chat_role, **fields)
+    if role is Role.USER:
+        return HumanMessage(**fields)
+    if role in (Role.SYSTEM, Role.DEVELOPER):
+        return SystemMessage(**fields)
+    if role is Role.TOOL:
+        return ToolMessage(**fields)
+    return AIMessage(**fields)
 
 
-def to_langchain_messages(messages: Iterable[Message]) -> list[BaseMessage]:
+_GIVEN_CALLS = ("tool_calls", "invalid_tool_calls")
+"""The ``AIMessage`` fields :func:`from_langchain` keeps as given when Zerda's calls would
+not give them back (an invalid call's error, a call given as invalid whose arguments parse)."""
+
+
+def _as_given(built: BaseMessage, saved: Mapping[str, Any], message: Message) -> BaseMessage:
+    """``built`` with the content and tool calls :func:`from_langchain` kept as they were
+    given, if they still say what ``message`` says; else ``built`` (the message was changed
+    on Zerda's side, and is shown as it now is)."""
+    update: dict[str, Any] = {}
+    if "content" in saved:
+        content = with_given(saved["content"], built.content)
+        if isinstance(content, (str, list)):
+            update["content"] = content
+    if isinstance(built, AIMessage):
+        for key in _GIVEN_CALLS:
+            if isinstance(saved.get(key), list):
+                update[key] = saved[key]
+    if not update:
+        return built
+    try:
+        given = type(built)(**{**dict(built), **update})
+        same = _content(given, {}) == ("" if message.content is None else message.content)
+        if isinstance(given, AIMessage):
+            same = same and _calls(given, None) == message.tool_calls
+    except (InvalidMessageError, ValueError, TypeError, KeyError):
+        return built
+    return given if same else built
+
+
+def to_langchain_messages(
+    messages: Iterable[Message], *, include_zerda_fields: bool = True
+) -> list[BaseMessage]:
     """:func:`to_langchain` over a list (e.g. ``memory.get_context()``)."""
-    return [to_langchain(m) for m in messages]
+    return [to_langchain(m, include_zerda_fields=include_zerda_fields) for m in messages]
 
 
 # -- LangChain -> Zerda --------------------------------------------------------------------
@@ -474,18 +553,47 @@ def _role_of(message: BaseMessage) -> Role:
 
 
 def _langchain_metadata(message: BaseMessage) -> dict[str, Any]:
-    """LangChain fields Zerda has no place for, kept in ``metadata["langchain"]``."""
+    """LangChain fields Zerda has no place for, kept in ``metadata["langchain"]`` (those a
+    store could not keep, as a Python object in ``additional_kwargs``, are left out)."""
     kept: dict[str, Any] = {}
     if message.id is not None:
         kept["id"] = message.id
     if message.response_metadata:
-        kept["response_metadata"] = json_or_none(message.response_metadata)
+        kept["response_metadata"] = message.response_metadata
     usage = getattr(message, "usage_metadata", None)
     if usage:
-        kept["usage_metadata"] = json_or_none(dict(usage))
-    if isinstance(message, ToolMessage) and message.status != "success":
-        kept["status"] = message.status
-    return {k: v for k, v in kept.items() if v is not None}
+        kept["usage_metadata"] = dict(usage)
+    if isinstance(message, ToolMessage):
+        if message.status != "success":
+            kept["status"] = message.status
+        if message.artifact is not None:
+            kept["artifact"] = message.artifact
+    if isinstance(message, ChatMessage):
+        kept["role"] = message.role
+    developer = isinstance(message, SystemMessage) and _role_of(message) is Role.DEVELOPER
+    kwargs = {
+        key: value
+        for key, value in message.additional_kwargs.items()
+        if key != ZERDA_KEY and not (developer and key == _OPENAI_ROLE) and storable(value, 3)
+    }
+    if kwargs:
+        kept["additional_kwargs"] = kwargs
+    return {k: v for k, v in kept.items() if storable(v, 2)}
+
+
+def _given(message: BaseMessage, shown: BaseMessage) -> dict[str, Any]:
+    """What of ``message`` Zerda would show otherwise (``shown``): its content and tool calls
+    in the shape they were given (a string in a content list, an ``AIMessage``'s tool-call
+    blocks, a LangChain 0.3 block, an invalid call's error, ...), to keep in
+    ``metadata["langchain"]``. Content blocks Zerda shows as given are not kept twice."""
+    given: dict[str, Any] = {}
+    if shown.content != message.content:
+        given["content"] = kept_as_given(message.content, shown.content)
+    if isinstance(message, AIMessage) and isinstance(shown, AIMessage):
+        for key in _GIVEN_CALLS:
+            if getattr(shown, key) != getattr(message, key):
+                given[key] = [dict(call) for call in getattr(message, key)]
+    return {k: v for k, v in given.items() if storable(v, 2)}
 
 
 def _calls(message: AIMessage, saved: Any) -> tuple[ToolCall, ...]:
@@ -520,9 +628,12 @@ def from_langchain(message: BaseMessage) -> Message:
     Anthropic's ``thinking`` and ``redacted_thinking``, and LangChain 0.3's ``source_type``
     blocks (an ``AIMessage``'s tool-call blocks are skipped: the calls are in ``tool_calls``);
     any other block, and any other message type, raises
-    :class:`~zerda.errors.InvalidMessageError`. LangChain's ``id``, ``response_metadata``,
-    ``usage_metadata`` and a tool message's error ``status`` are kept in
-    ``metadata["langchain"]`` (:func:`to_langchain` puts back all but ``usage_metadata``).
+    :class:`~zerda.errors.InvalidMessageError`. What LangChain's fields hold that Zerda's do
+    not is kept in ``metadata["langchain"]``, so that :func:`to_langchain` gives the message
+    back equal to ``message``: its ``id``, ``additional_kwargs``, ``response_metadata``,
+    ``usage_metadata``, a tool message's ``status`` and ``artifact``, a ``ChatMessage``'s role,
+    and its content and tool calls as given when Zerda's would not show them so (values a
+    store cannot keep, such as Python objects, are left out).
     """
     if not isinstance(message, BaseMessage):
         raise InvalidMessageError(
@@ -531,27 +642,31 @@ def from_langchain(message: BaseMessage) -> Message:
     role = _role_of(message)
     extra = message.additional_kwargs.get(ZERDA_KEY)
     saved: Mapping[str, Any] = extra if isinstance(extra, Mapping) else {}
-    if "metadata" in saved or "created_at" in saved or "id" in saved:
-        metadata: Mapping[str, Any] = saved.get("metadata") or {}
-    else:
-        lc = _langchain_metadata(message)
-        metadata = {"langchain": lc} if lc else {}
     content: str | tuple[Part, ...] | None = _content(message, saved)
     tool_calls: tuple[ToolCall, ...] = ()
     if isinstance(message, AIMessage):
         tool_calls = _calls(message, saved.get("tool_calls"))
         if saved.get("content_none") and tool_calls and content == "":
             content = None
-    return Message(
-        role=role,
-        content=content,
-        name=message.name,
-        tool_calls=tool_calls,
-        tool_call_id=message.tool_call_id if isinstance(message, ToolMessage) else None,
-        metadata=metadata,
-        created_at=saved.get("created_at"),
-        id=saved.get("id"),
-    )
+    fields: dict[str, Any] = {
+        "role": role,
+        "content": content,
+        "name": message.name,
+        "tool_calls": tool_calls,
+        "tool_call_id": message.tool_call_id if isinstance(message, ToolMessage) else None,
+        "created_at": saved.get("created_at"),
+        "id": saved.get("id"),
+    }
+    if "metadata" in saved or "created_at" in saved or "id" in saved:  # a Zerda message
+        return Message(**fields, metadata=saved.get("metadata") or {})
+    lc = _langchain_metadata(message)
+    converted = Message(**fields, metadata={"langchain": lc} if lc else {})
+    if saved:  # Zerda's bookkeeping gives the Zerda message back; nothing to keep as given
+        return converted
+    given = _given(message, to_langchain(converted, include_zerda_fields=False))
+    if not given:
+        return converted
+    return Message(**fields, metadata={"langchain": {**lc, **given}})
 
 
 def from_langchain_messages(messages: Iterable[BaseMessage]) -> list[Message]:
@@ -566,17 +681,25 @@ class ZerdaChatMessageHistory(BaseChatMessageHistory):
     """A LangChain chat message history backed by a Zerda memory.
 
     ``messages`` (and ``aget_messages()``) is what the model should see: the memory's
-    context, not the whole history (``memory.get_history()`` has that). ``add_messages``
-    records a batch atomically. The async methods call the memory's async twins, so an async
-    store is used natively.
+    context, not the whole history (``memory.get_history()`` has that). A message read back
+    is ``==`` to the one added, as LangChain code expects. ``add_messages`` records a batch
+    atomically. The async methods call the memory's async twins, so an async store is used
+    natively.
+
+    ``include_zerda_fields=True`` adds Zerda's own fields to the messages read
+    (``additional_kwargs["zerda"]``: the Zerda message ``id`` and ``created_at``, its
+    ``metadata``, ...), as :func:`to_langchain` does; they are then no longer equal to the
+    ones added, but adding them again (a retry) stores nothing new, since the Zerda ``id``
+    comes with them.
     """
 
-    def __init__(self, memory: BaseMemory) -> None:
+    def __init__(self, memory: BaseMemory[Any], *, include_zerda_fields: bool = False) -> None:
         if not isinstance(memory, BaseMemory):
             raise ConfigurationError(
                 f"ZerdaChatMessageHistory takes a Zerda memory, got {type(memory).__name__}"
             )
         self.memory = memory
+        self.include_zerda_fields = include_zerda_fields
 
     @property
     def session_id(self) -> str:
@@ -584,7 +707,9 @@ class ZerdaChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # the context, converted on every read
-        return to_langchain_messages(self.memory.get_context())
+        return to_langchain_messages(
+            self.memory.get_context(), include_zerda_fields=self.include_zerda_fields
+        )
 
     @messages.setter
     def messages(self, value: list[BaseMessage]) -> None:
@@ -594,7 +719,9 @@ class ZerdaChatMessageHistory(BaseChatMessageHistory):
         )
 
     async def aget_messages(self) -> list[BaseMessage]:
-        return to_langchain_messages(await self.memory.aget_context())
+        return to_langchain_messages(
+            await self.memory.aget_context(), include_zerda_fields=self.include_zerda_fields
+        )
 
     def add_message(self, message: BaseMessage) -> None:
         self.add_messages([message])

@@ -17,7 +17,9 @@ Zerda messages: ``from_llama_index(to_llama_index(m)) == m``. Content parts are 
 ``metadata``, ``created_at`` and ``id``, a message ``name``, a provider's file id) travels in
 ``additional_kwargs["zerda"]``.
 ``ZerdaMemory.get()``, whose messages go to a model, leaves that key out: completion-style
-LLMs print ``additional_kwargs`` into the prompt.
+LLMs print ``additional_kwargs`` into the prompt. So does ``get_all()`` unless the memory is
+built with ``include_zerda_fields=True``: the messages both give back are ``==`` to those
+put (what LlamaIndex's fields held is kept in ``metadata["llama_index"]``).
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ from typing import Any
 
 from zerda._media import data_url, split_data_url
 from zerda.errors import ConfigurationError, InvalidMessageError
-from zerda.integrations._json import json_or_none
+from zerda.integrations._json import storable
 from zerda.integrations._parts import (
     kept,
+    kept_as_given,
     restored,
     round_trips,
+    with_given,
     with_kept,
 )
 from zerda.memory import BaseMemory, ConversationBufferMemory, ConversationTokenBufferMemory
@@ -279,41 +283,59 @@ def to_llama_index(message: Message, *, lossless: bool = True) -> ChatMessage:
     exactly, go in ``additional_kwargs["zerda"]``, unless ``lossless`` is false: then they
     are left out, as for messages on their way to a model (LlamaIndex's completion-style LLMs
     print ``additional_kwargs`` into the prompt), and so are image and file blocks with
-    nothing a model could be sent (a provider's file id only). Other ``additional_kwargs``
-    that :func:`from_llama_index` kept in ``metadata["llama_index"]`` are put back either way.
+    nothing a model could be sent (a provider's file id only).
+
+    A message :func:`from_llama_index` read is, with ``lossless=False``, the ``ChatMessage``
+    it was (``==``): its ``additional_kwargs``, its role (chatbot, model) and its blocks as
+    given (several text blocks, a tool call's ``tool_kwargs`` dict, a block given by
+    ``path``), kept in ``metadata["llama_index"]``, are put back either way, unless the
+    message was changed on Zerda's side since (then it is shown as it now is).
     """
     if not isinstance(message, Message):
         raise InvalidMessageError(
             f"to_llama_index takes a zerda.Message, got {type(message).__name__}"
         )
     extra: dict[str, Any] = {}
-    blocks: list[Any] = []
+    blocks: list[Any] = []  # every block, and those a model can be sent
+    sent: list[Any] = []
     content = message.content
     if isinstance(content, tuple):
-        saved: dict[str, Any] = {}
+        parts: dict[str, Any] = {}
         for i, part in enumerate(content):
             block = _part_block(part)
             if lossless and not round_trips(part, block, _block_part):
-                saved[str(i)] = part.to_dict()
-            if lossless or _sendable(block):
-                blocks.append(block)
-        if saved:
-            extra["parts"] = saved
+                parts[str(i)] = part.to_dict()
+            blocks.append(block)
+            if _sendable(block):
+                sent.append(block)
+        if parts:
+            extra["parts"] = parts
         if all(type(p) is TextPart for p in content):
             extra["content_parts"] = True  # else from_llama_index joins the text blocks
     elif content is not None:
         blocks.append(TextBlock(text=content))
-    blocks.extend(
+        sent.append(blocks[-1])
+    calls = [
         ToolCallBlock(tool_call_id=call.id, tool_name=call.name, tool_kwargs=call.arguments)
         for call in message.tool_calls
-    )
-    saved_kwargs = message.metadata.get("llama_index")
-    saved_kwargs = (
-        saved_kwargs.get("additional_kwargs") if isinstance(saved_kwargs, Mapping) else None
-    )
-    kwargs: dict[str, Any] = dict(saved_kwargs) if isinstance(saved_kwargs, Mapping) else {}
-    if message.tool_call_id is not None:
-        kwargs["tool_call_id"] = message.tool_call_id
+    ]
+    blocks.extend(calls)
+    sent.extend(calls)
+    raw = message.metadata.get("llama_index")
+    saved: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    given_kwargs = saved.get("additional_kwargs")
+    kwargs: dict[str, Any] = {}
+    if isinstance(given_kwargs, Mapping):
+        kwargs = {k: v for k, v in given_kwargs.items() if k != ZERDA_KEY}
+    call_id = message.tool_call_id
+    # A result given its call's id only as "call_id" (as for OpenAI's Responses) stays so.
+    if call_id is not None and ("tool_call_id" in kwargs or kwargs.get("call_id") != call_id):
+        kwargs["tool_call_id"] = call_id
+    role = _TO_ROLE[message.role]
+    given_role = saved.get("role")
+    if given_role in _ROLE_NAMES and _FROM_ROLE.get(MessageRole(given_role)) is message.role:
+        role = MessageRole(given_role)
+    shown = _as_given(blocks if lossless else sent, sent, saved, role, kwargs, message)
     if message.metadata:
         extra["metadata"] = dict(message.metadata)
     if message.created_at is not None:
@@ -326,7 +348,41 @@ def to_llama_index(message: Message, *, lossless: bool = True) -> ChatMessage:
         extra["tool_calls"] = [call.to_dict() for call in message.tool_calls]
     if extra and lossless:
         kwargs[ZERDA_KEY] = extra
-    return ChatMessage(role=_TO_ROLE[message.role], blocks=blocks, additional_kwargs=kwargs)
+    return ChatMessage(role=role, blocks=shown, additional_kwargs=kwargs)
+
+
+_ROLE_NAMES = frozenset(role.value for role in MessageRole)
+
+
+def _dumped(blocks: Sequence[Any]) -> list[dict[str, Any]]:
+    """``blocks`` as the JSON ``ChatMessage`` reads them back from."""
+    return [block.model_dump(mode="json") for block in blocks]
+
+
+def _as_given(
+    blocks: list[Any],
+    sent: list[Any],
+    saved: Mapping[str, Any],
+    role: MessageRole,
+    kwargs: dict[str, Any],
+    message: Message,
+) -> list[Any]:
+    """``blocks``, or the blocks :func:`from_llama_index` kept as they were given (the gaps
+    filled from ``sent``) if they still say what ``message`` says (else the message was
+    changed on Zerda's side, and is shown as it now is)."""
+    if "blocks" not in saved:
+        return blocks
+    given = with_given(saved["blocks"], _dumped(sent))
+    if not isinstance(given, list):
+        return blocks
+    try:
+        candidate = ChatMessage(role=role, blocks=given, additional_kwargs=kwargs)
+        content, calls = _read(candidate, {})
+    except (InvalidMessageError, ValueError, TypeError):
+        return blocks
+    if content != message.content or calls != message.tool_calls:
+        return blocks
+    return list(candidate.blocks)
 
 
 def to_llama_index_messages(
@@ -398,9 +454,13 @@ def from_llama_index(message: ChatMessage) -> Message:
     calls come from ``ToolCallBlock`` blocks, or, when there are none, from OpenAI-style
     ``additional_kwargs["tool_calls"]``. A tool result needs
     ``additional_kwargs["tool_call_id"]`` (or ``"call_id"``). Video, cache and citation
-    blocks, and audio by URL, raise :class:`~zerda.errors.InvalidMessageError`. Other
-    JSON-able ``additional_kwargs`` are kept in ``metadata["llama_index"]`` and restored by
-    :func:`to_llama_index`.
+    blocks, and audio by URL, raise :class:`~zerda.errors.InvalidMessageError`.
+
+    What Zerda's fields do not hold is kept in ``metadata["llama_index"]``, so that
+    :func:`to_llama_index` gives the message back equal to ``message``: its
+    ``additional_kwargs`` (those a store can keep: not Python objects), a chatbot or model
+    role, and its blocks as given when Zerda's would not show them so (several text blocks,
+    a ``tool_kwargs`` dict, a block given by ``path``).
     """
     if not isinstance(message, ChatMessage):
         raise InvalidMessageError(
@@ -415,37 +475,62 @@ def from_llama_index(message: ChatMessage) -> Message:
     kwargs = dict(message.additional_kwargs)
     extra = kwargs.pop(ZERDA_KEY, None)
     saved: Mapping[str, Any] = extra if isinstance(extra, Mapping) else {}
-    content = _content(message, saved)
-    calls = [_call(b) for b in message.blocks if isinstance(b, ToolCallBlock)]
-    tool_call_id = kwargs.pop("tool_call_id", None) or kwargs.pop("call_id", None)
-    raw_calls = kwargs.pop("tool_calls", None)
-    if isinstance(saved.get("tool_calls"), list):
-        calls = list(_openai_calls(saved["tool_calls"], extra=True))
-    elif not calls:
-        calls = list(_openai_calls(raw_calls))
-    name = saved.get("name", kwargs.pop("name", None) if role is Role.TOOL else None)
+    content, calls = _read(message, saved)
+    tool_call_id = kwargs.get("tool_call_id") or kwargs.get("call_id")
+    name = saved.get("name", kwargs.get("name") if role is Role.TOOL else None)
     if role is Role.TOOL and tool_call_id is None:
         raise InvalidMessageError(
             "a LlamaIndex tool message needs additional_kwargs['tool_call_id'] to pair it with "
             "its call"
         )
-    if "metadata" in saved or "created_at" in saved or "id" in saved:
-        metadata: Mapping[str, Any] = saved.get("metadata") or {}
-    else:
-        rest = json_or_none(kwargs)
-        metadata = {"llama_index": {"additional_kwargs": rest}} if rest else {}
-    if content is None and not (role is Role.ASSISTANT and calls):
+    fields: dict[str, Any] = {
+        "role": role,
+        "content": content,
+        "name": name,
+        "tool_calls": calls,
+        "tool_call_id": tool_call_id if role is Role.TOOL else None,
+        "created_at": saved.get("created_at"),
+        "id": saved.get("id"),
+    }
+    if "metadata" in saved or "created_at" in saved or "id" in saved:  # a Zerda message
+        return Message(**fields, metadata=saved.get("metadata") or {})
+    kept: dict[str, Any] = {}
+    given_kwargs = {k: v for k, v in kwargs.items() if storable(v, 3)}
+    if kwargs.get("call_id") != tool_call_id and given_kwargs.get("tool_call_id") == tool_call_id:
+        del given_kwargs["tool_call_id"]  # the message's own; to_llama_index writes it
+    if given_kwargs:
+        kept["additional_kwargs"] = given_kwargs
+    converted = Message(**fields, metadata={"llama_index": kept} if kept else {})
+    if saved:  # Zerda's bookkeeping gives the Zerda message back; nothing to keep as given
+        return converted
+    shown = to_llama_index(converted, lossless=False)
+    if shown.role is not message.role:
+        kept["role"] = message.role.value
+    if shown.blocks != message.blocks:
+        try:
+            blocks = kept_as_given(_dumped(message.blocks), _dumped(shown.blocks))
+        except (ValueError, TypeError):  # a block holding a file object, say
+            blocks = None
+        if blocks is not None and storable(blocks, 2):
+            kept["blocks"] = blocks
+    if "role" not in kept and "blocks" not in kept:
+        return converted
+    return Message(**fields, metadata={"llama_index": kept})
+
+
+def _read(
+    message: ChatMessage, saved: Mapping[str, Any]
+) -> tuple[str | tuple[Part, ...] | None, tuple[ToolCall, ...]]:
+    """The content and tool calls of ``message`` (with Zerda's bookkeeping ``saved``)."""
+    content = _content(message, saved)
+    calls = [_call(b) for b in message.blocks if isinstance(b, ToolCallBlock)]
+    if isinstance(saved.get("tool_calls"), list):
+        calls = list(_openai_calls(saved["tool_calls"], extra=True))
+    elif not calls:
+        calls = list(_openai_calls(message.additional_kwargs.get("tool_calls")))
+    if content is None and not (_FROM_ROLE.get(message.role) is Role.ASSISTANT and calls):
         content = ""
-    return Message(
-        role=role,
-        content=content,
-        name=name,
-        tool_calls=tuple(calls),
-        tool_call_id=tool_call_id if role is Role.TOOL else None,
-        metadata=metadata,
-        created_at=saved.get("created_at"),
-        id=saved.get("id"),
-    )
+    return content, tuple(calls)
 
 
 def from_llama_index_messages(messages: Iterable[ChatMessage]) -> list[Message]:
@@ -462,17 +547,27 @@ class ZerdaMemory(LlamaBaseMemory):
     ``get()`` (and ``aget()``) is what the model should see: the Zerda memory's context, which
     starts with the pinned system and developer messages, then a user message, converted for
     the model (``lossless=False``: no Zerda bookkeeping in ``additional_kwargs``).
-    ``get_all()`` is the whole conversation, converted losslessly, so ``set(get_all())``
-    changes nothing.
+    ``get_all()`` is the whole conversation. The messages of both are ``==`` to those put.
     ``put_messages`` and ``set`` write one batch; the async twins call the Zerda memory's async
     methods, so an async store is used natively.
+
+    ``include_zerda_fields=True`` makes ``get_all()`` lossless for Zerda's messages: Zerda's
+    own fields (the Zerda message ``id`` and ``created_at``, its ``metadata``, ...) in
+    ``additional_kwargs["zerda"]``, so that ``set(get_all())`` changes nothing and putting a
+    message again (a retry) stores nothing new; the messages are then not equal to those put.
+    ``get()`` never carries them: completion-style LLMs print ``additional_kwargs`` into the
+    prompt.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    memory: BaseMemory = Field(exclude=True, description="The Zerda memory behind this one.")
+    memory: BaseMemory[Any] = Field(exclude=True, description="The Zerda memory behind this one.")
+    include_zerda_fields: bool = Field(
+        default=False,
+        description="Whether get_all() adds Zerda's own fields in additional_kwargs['zerda'].",
+    )
 
-    def __init__(self, memory: BaseMemory | None = None, **data: Any) -> None:
+    def __init__(self, memory: BaseMemory[Any] | None = None, **data: Any) -> None:
         if not isinstance(memory, BaseMemory):
             raise ConfigurationError(
                 f"ZerdaMemory takes a Zerda memory (memory=...), got {type(memory).__name__}"
@@ -486,13 +581,14 @@ class ZerdaMemory(LlamaBaseMemory):
     @classmethod
     def from_defaults(  # type: ignore[override]  # narrower than BaseMemory's **kwargs
         cls,
-        memory: BaseMemory | None = None,
+        memory: BaseMemory[Any] | None = None,
         *,
         token_limit: int | None = None,
         store: Store | AsyncStore | None = None,
         session_id: str | None = None,
         token_counter: TokenCounter | None = None,
         chat_history: Sequence[ChatMessage] | None = None,
+        include_zerda_fields: bool = False,
     ) -> ZerdaMemory:
         """Wrap ``memory``, or build one the way ``ChatMemoryBuffer.from_defaults`` does.
 
@@ -500,7 +596,7 @@ class ZerdaMemory(LlamaBaseMemory):
         ``max_token_limit=token_limit`` when ``token_limit`` is given, else a
         :class:`~zerda.ConversationBufferMemory`; over ``store`` (default: in memory) and
         ``session_id`` (default ``"default"``). ``chat_history`` is recorded first, as one
-        batch.
+        batch. ``include_zerda_fields`` is passed on (see :class:`ZerdaMemory`).
         """
         if memory is not None:
             given = [
@@ -528,7 +624,7 @@ class ZerdaMemory(LlamaBaseMemory):
                 raise ConfigurationError("token_counter needs token_limit (a token budget)")
             else:
                 memory = ConversationBufferMemory(**options)
-        wrapped = cls(memory=memory)
+        wrapped = cls(memory=memory, include_zerda_fields=include_zerda_fields)
         if chat_history:
             wrapped.put_messages(list(chat_history))
         return wrapped
@@ -560,10 +656,15 @@ class ZerdaMemory(LlamaBaseMemory):
         return to_llama_index_messages(await self.memory.aget_context(), lossless=False)
 
     def get_all(self) -> list[ChatMessage]:
-        return to_llama_index_messages(self.memory.get_history())
+        """The whole conversation (with Zerda's own fields when ``include_zerda_fields``)."""
+        return to_llama_index_messages(
+            self.memory.get_history(), lossless=self.include_zerda_fields
+        )
 
     async def aget_all(self) -> list[ChatMessage]:
-        return to_llama_index_messages(await self.memory.aget_history())
+        return to_llama_index_messages(
+            await self.memory.aget_history(), lossless=self.include_zerda_fields
+        )
 
     def put(self, message: ChatMessage) -> None:
         self.memory.add_messages([from_llama_index(message)])

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from zerda.memory._base import BaseMemory, MessageLike
+from zerda.memory._base import BaseMemory, MessageLike, Tools
 from zerda.memory._buffer import ConversationBufferMemory, ConversationBufferWindowMemory
+from zerda.memory._stats import (
+    MemoryStats,
+    RepairCounts,
+    SummaryMemoryStats,
+    TokenMemoryStats,
+    TokensByPart,
+    WindowMemoryStats,
+)
 from zerda.memory._summary import ConversationSummaryBufferMemory, ConversationSummaryMemory
 from zerda.memory._token import ConversationTokenBufferMemory
 
@@ -14,5 +22,12 @@ __all__ = [
     "ConversationSummaryBufferMemory",
     "ConversationSummaryMemory",
     "ConversationTokenBufferMemory",
+    "MemoryStats",
     "MessageLike",
+    "RepairCounts",
+    "SummaryMemoryStats",
+    "TokenMemoryStats",
+    "TokensByPart",
+    "Tools",
+    "WindowMemoryStats",
 ]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import logging
+import functools
+import inspect
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from zerda.errors import (
     ConfigurationError,
@@ -17,7 +18,9 @@ from zerda.errors import (
     ZerdaError,
     warn,
 )
+from zerda.memory import _observe
 from zerda.memory._flow import Append, DeleteSession, Flow, History, ReadTail, adrive, drive
+from zerda.memory._stats import MemoryStats
 from zerda.messages import Message, Role, Turn, group_turns, stamp_batch, stamped_batch
 from zerda.policies import REPAIRS, call_ids, repair
 from zerda.stores._base import (
@@ -32,8 +35,12 @@ from zerda.stores._base import (
 from zerda.stores._memory import InMemoryStore
 
 T = TypeVar("T")
+StatsT = TypeVar("StatsT", bound=MemoryStats)
+Tools = Sequence[Mapping[str, Any]]
+"""Tool definitions as a request sends them: OpenAI ``{"type": "function", "function": {...}}``
+(or the Responses API's flat ``{"type": "function", "name": ...}``)."""
 
-log = logging.getLogger("zerda.memory")
+log = _observe.log
 # Sessions whose repaired context has been logged already: a WARNING once per session.
 _WARNED: BoundedCache[tuple[int, str], bool] = BoundedCache(4096)
 
@@ -71,6 +78,7 @@ class _View:
     error: ZerdaError | None = None
     system_tokens: int = 0
     summary_tokens: int = 0
+    tools_tokens: int = 0
     turn_tokens: int = 0
     overhead_tokens: int = 0
     summary_turns: int = 0
@@ -92,7 +100,13 @@ class _View:
 
     @property
     def context_tokens(self) -> int:
-        return self.system_tokens + self.summary_tokens + self.turn_tokens + self.overhead_tokens
+        return (
+            self.system_tokens
+            + self.summary_tokens
+            + self.tools_tokens
+            + self.turn_tokens
+            + self.overhead_tokens
+        )
 
     @property
     def turns_shown(self) -> int:
@@ -145,13 +159,60 @@ def _stamped(item: MessageLike, now: float) -> Message:
     return m.stamped(now)
 
 
+_Init = TypeVar("_Init", bound=Callable[..., None])
+
+
+def legacy_positional(*names: str) -> Callable[[_Init], _Init]:
+    """For one release: let ``__init__`` take ``names``, now keyword-only, by position too
+    (in that order, after its positional parameters), with a :class:`~zerda.ZerdaWarning`
+    that says how to write the call. A store given by position is refused: it was never a
+    positional parameter, and guessing which it meant would hide the mistake."""
+
+    def decorate(init: _Init) -> _Init:
+        signature = inspect.signature(init)
+        positional = sum(
+            p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in signature.parameters.values()
+        )  # self included
+
+        @functools.wraps(init)
+        def wrapper(self: object, *args: Any, **kwargs: Any) -> None:
+            extra = args[positional - 1 :]
+            if extra:
+                cls = type(self).__name__
+                for value in extra:
+                    if isinstance(value, (Store, AsyncStore)):
+                        raise ConfigurationError(
+                            f"{cls}() takes the store by keyword: {cls}(store=...)"
+                        )
+                if len(extra) > len(names):
+                    raise TypeError(
+                        f"{cls}() takes at most {positional - 1} positional argument(s); "
+                        "pass the others by keyword"
+                    )
+                used = names[: len(extra)]
+                for name, value in zip(used, extra, strict=True):
+                    if name in kwargs:
+                        raise TypeError(f"{cls}() got multiple values for argument {name!r}")
+                    kwargs[name] = value
+                warn(
+                    f"{cls}(): passing {', '.join(used)} by position is deprecated and stops "
+                    f"working in the next release; write {', '.join(f'{n}=...' for n in used)}"
+                )
+                args = args[: positional - 1]
+            init(self, *args, **kwargs)
+
+        return cast(_Init, wrapper)
+
+    return decorate
+
+
 def _check_key(value: object, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigurationError(f"{what} must be a non-empty string, got {value!r}")
     return value
 
 
-class BaseMemory(ABC):
+class BaseMemory(ABC, Generic[StatsT]):
     """What every Zerda memory does; subclasses only say which turns they keep.
 
     Two ways in, one conversation: ``save_context`` records a user message and an assistant
@@ -167,13 +228,16 @@ class BaseMemory(ABC):
     # valid, and its calls use those ids (and perhaps ids of older messages: a superset).
     _valid_mark: tuple[str, int, str, frozenset[str]] | None = None
 
+    @legacy_positional("return_messages", "input_key", "output_key", "memory_key")
     def __init__(
         self,
+        *,
         return_messages: bool = False,
         input_key: str = "input",
         output_key: str = "output",
         memory_key: str = "history",
-        *,
+        human_prefix: str = "user",
+        ai_prefix: str = "assistant",
         store: Store | AsyncStore | None = None,
         session_id: str = _DEFAULT_SESSION,
         strict: bool = False,
@@ -187,6 +251,8 @@ class BaseMemory(ABC):
         self.input_key = _check_key(input_key, "input_key")
         self.output_key = _check_key(output_key, "output_key")
         self.memory_key = _check_key(memory_key, "memory_key")
+        self.human_prefix = _check_key(human_prefix, "human_prefix")
+        self.ai_prefix = _check_key(ai_prefix, "ai_prefix")
         self.session_id = check_session_id(session_id)
         if isinstance(store, type):  # a class passes the protocol check (unbound methods)
             raise ConfigurationError(
@@ -212,9 +278,10 @@ class BaseMemory(ABC):
         return self._turns_hint
 
     @abstractmethod
-    def _fit(self, tail: Tail) -> _View | None:
+    def _fit(self, tail: Tail, tools: Tools | None = None) -> _View | None:
         """Choose the context from ``tail`` (pure: no I/O, no change to ``self``); ``None``
-        asks for a longer tail."""
+        asks for a longer tail. ``tools``: the request's tool definitions, where the call
+        gave them (memories with a token budget count them)."""
 
     def _counter_name(self) -> str | None:
         """The counter whose stored counts the tail should carry (``None``: no counts)."""
@@ -293,19 +360,20 @@ class BaseMemory(ABC):
         """Record a prepared batch (summary memories fold after it)."""
         yield Append(self.session_id, batch, self._count(batch))
 
-    def _read_flow(self, tail: Tail | None = None) -> Flow[_View]:
+    def _read_flow(self, tail: Tail | None = None, tools: Tools | None = None) -> Flow[_View]:
         """The view of ``tail`` (read first when ``None``), reading longer tails for as long
         as the policy asks for more turns."""
         turns = self._turns_to_read()
         while True:
             if tail is None:
                 tail = yield ReadTail(self.session_id, turns, self._counter_name())
-            view = self._fit(tail)
+            view = self._fit(tail, tools)
             if view is not None:
                 if view.hint is not None:
                     self._turns_hint = view.hint
                 if view.repairs:
                     self._log_repairs(view)
+                _observe.log_context(self._type_name, self.session_id, view)
                 return view
             turns = _more(len(tail.turn_starts))
             tail = None
@@ -348,10 +416,16 @@ class BaseMemory(ABC):
         return self._sync
 
     def _run(self, flow: Flow[T]) -> T:
-        return drive(flow, self._io)
+        if not _observe.tracing():
+            return drive(flow, self._io)
+        with _observe.span(self._type_name, self.session_id, flow):
+            return drive(flow, self._io)
 
     async def _arun(self, flow: Flow[T]) -> T:
-        return await adrive(flow, self._async)
+        if not _observe.tracing():
+            return await adrive(flow, self._async)
+        with _observe.span(self._type_name, self.session_id, flow):
+            return await adrive(flow, self._async)
 
     # -- shared, I/O-free steps -----------------------------------------------------------
 
@@ -399,10 +473,11 @@ class BaseMemory(ABC):
             return dicts
         # The summary (a system message after the pinned ones) is part of what the model sees.
         lines = [f"{m.role.value}: {m.text}" for m in (*view.tail.system, *view.summary)]
+        human, ai = self.human_prefix, self.ai_prefix
         for turn, d in zip(turns, dicts, strict=True):
             if turn.user is not None:
-                lines.append(f"user: {d['input']}")
-            lines.append(f"assistant: {d['output']}")
+                lines.append(f"{human}: {d['input']}")
+            lines.append(f"{ai}: {d['output']}")
         return "\n".join(lines)
 
     @staticmethod
@@ -419,7 +494,7 @@ class BaseMemory(ABC):
             turns = turns[max(len(turns) - limit, 0) :]
         return [turn_dict(t) for t in turns]
 
-    def _stats(self, view: _View) -> dict[str, Any]:
+    def _stats(self, view: _View) -> StatsT:
         # Stats never raise: with no context that fits, they describe an empty one.
         turns = view.turns() if view.error is None else []
         characters = 0
@@ -444,7 +519,7 @@ class BaseMemory(ABC):
             "stored_messages": tail.total_messages,
         }
         stats.update(self._extra_stats(view))
-        return stats
+        return cast(StatsT, stats)
 
     # -- message-level API ----------------------------------------------------------------
 
@@ -464,14 +539,19 @@ class BaseMemory(ABC):
         self._run(self._write_flow(batch))
         return batch
 
-    def get_context(self) -> list[Message]:
-        """What to send to the model: pinned system messages first, then the kept turns."""
-        return self._run(self._read_flow()).context()
+    def get_context(self, *, tools: Tools | None = None) -> list[Message]:
+        """What to send to the model: pinned system messages first, then the kept turns.
 
-    def get_context_with_stats(self) -> tuple[list[Message], dict[str, Any]]:
+        ``tools``: the tool definitions this request sends, when they differ from the
+        memory's own ``tools=`` (token memories count them in the budget; the others keep
+        no budget and ignore them).
+        """
+        return self._run(self._read_flow(tools=tools)).context()
+
+    def get_context_with_stats(self, *, tools: Tools | None = None) -> tuple[list[Message], StatsT]:
         """:meth:`get_context` and :meth:`get_memory_stats` from one read of the store: the
         stats describe exactly that context, and it costs half the I/O of the two calls."""
-        view = self._run(self._read_flow())
+        view = self._run(self._read_flow(tools=tools))
         return view.context(), self._stats(view)
 
     def get_history(self) -> list[Message]:
@@ -499,9 +579,9 @@ class BaseMemory(ABC):
         self._check_limit(limit)
         return self._last_dicts(self._run(self._read_flow()), limit)
 
-    def get_memory_stats(self) -> dict[str, Any]:
+    def get_memory_stats(self, *, tools: Tools | None = None) -> StatsT:
         """Counts over what the memory keeps; ``stored_*`` count the whole stored session."""
-        return self._stats(self._run(self._read_flow()))
+        return self._stats(self._run(self._read_flow(tools=tools)))
 
     def clear(self) -> None:
         """Forget the session: every message and its metadata, system messages included."""
@@ -522,11 +602,13 @@ class BaseMemory(ABC):
     async def _awrite(self, batch: list[Message]) -> None:
         await self._arun(self._write_flow(batch))
 
-    async def aget_context(self) -> list[Message]:
-        return (await self._arun(self._read_flow())).context()
+    async def aget_context(self, *, tools: Tools | None = None) -> list[Message]:
+        return (await self._arun(self._read_flow(tools=tools))).context()
 
-    async def aget_context_with_stats(self) -> tuple[list[Message], dict[str, Any]]:
-        view = await self._arun(self._read_flow())
+    async def aget_context_with_stats(
+        self, *, tools: Tools | None = None
+    ) -> tuple[list[Message], StatsT]:
+        view = await self._arun(self._read_flow(tools=tools))
         return view.context(), self._stats(view)
 
     async def aget_history(self) -> list[Message]:
@@ -544,8 +626,8 @@ class BaseMemory(ABC):
         self._check_limit(limit)
         return self._last_dicts(await self._arun(self._read_flow()), limit)
 
-    async def aget_memory_stats(self) -> dict[str, Any]:
-        return self._stats(await self._arun(self._read_flow()))
+    async def aget_memory_stats(self, *, tools: Tools | None = None) -> StatsT:
+        return self._stats(await self._arun(self._read_flow(tools=tools)))
 
     async def aclear(self) -> None:
         await self._arun(self._clear_flow())

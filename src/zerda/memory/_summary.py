@@ -5,18 +5,21 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from zerda.errors import ConfigurationError, ContextOverflowError, SummarizerError
-from zerda.memory._base import _View
+from zerda.memory._base import _DEFAULT_SESSION, Tools, _View, legacy_positional
 from zerda.memory._flow import AppendThenTail, CompareAndSet, Flow, ReadTail, Summarize
+from zerda.memory._observe import log
+from zerda.memory._stats import SummaryMemoryStats
 from zerda.memory._token import ConversationTokenBufferMemory
 from zerda.messages import Message, Role, group_turns
-from zerda.stores._base import Tail
+from zerda.policies import Overflow
+from zerda.stores._base import AsyncStore, Store, Tail
 from zerda.summarize import ExtractiveSummarizer, Summarizer, SummaryResult
-from zerda.tokens import TokenCounter
+from zerda.tokens import TokenCounterLike
 
 __all__ = ["ConversationSummaryBufferMemory", "ConversationSummaryMemory"]
 
@@ -25,6 +28,8 @@ SUMMARY_KEY = "zerda.summary"
 many turns, counted from the session's first, it covers (its watermark)."""
 
 DEFAULT_PREFIX = "Summary of the earlier conversation:\n"
+# ConversationSummaryMemory's default budget: none to speak of (the summary bounds it).
+_UNBOUNDED = sys.maxsize // 2
 # The default summary's token target: a quarter of the budget, and never more than this.
 _DEFAULT_SUMMARY_CAP = 1024
 
@@ -81,15 +86,27 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
 
     _type_name: ClassVar[str] = "ConversationSummaryBufferMemory"
 
+    @legacy_positional("summarizer")
     def __init__(
         self,
         max_token_limit: int = 2000,
-        summarizer: Summarizer | None = None,
         *,
+        summarizer: Summarizer | None = None,
         background: bool = False,
         summary_prefix: str = DEFAULT_PREFIX,
-        token_counter: TokenCounter | Callable[[str], int] | None = None,
-        **kwargs: Any,
+        token_counter: TokenCounterLike | None = None,
+        reserve_tokens: int = 0,
+        overflow: Overflow = "truncate",
+        tools: Tools | None = None,
+        return_messages: bool = False,
+        input_key: str = "input",
+        output_key: str = "output",
+        memory_key: str = "history",
+        human_prefix: str = "user",
+        ai_prefix: str = "assistant",
+        store: Store | AsyncStore | None = None,
+        session_id: str = _DEFAULT_SESSION,
+        strict: bool = False,
     ) -> None:
         if summarizer is not None and not isinstance(summarizer, Summarizer):
             raise ConfigurationError(
@@ -99,7 +116,22 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
             raise ConfigurationError(f"background must be a bool, got {background!r}")
         if not isinstance(summary_prefix, str):
             raise ConfigurationError(f"summary_prefix must be a string, got {summary_prefix!r}")
-        super().__init__(max_token_limit, token_counter, **kwargs)
+        super().__init__(
+            max_token_limit,
+            token_counter=token_counter,
+            reserve_tokens=reserve_tokens,
+            overflow=overflow,
+            tools=tools,
+            return_messages=return_messages,
+            input_key=input_key,
+            output_key=output_key,
+            memory_key=memory_key,
+            human_prefix=human_prefix,
+            ai_prefix=ai_prefix,
+            store=store,
+            session_id=session_id,
+            strict=strict,
+        )
         if getattr(self.store, "max_messages", None) is not None:
             # The watermark counts turns from the session's first; retention would drop turns
             # the summary has not covered yet. The summary is what bounds the context here.
@@ -122,10 +154,10 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
 
     # -- reading: the stored summary in the slot, no turn it covers in the context ----------
 
-    def _fit(self, tail: Tail) -> _View | None:
+    def _fit(self, tail: Tail, tools: Tools | None = None) -> _View | None:
         stored = _Stored.of(tail.metadata)
         summary, tokens = self._slot(stored)
-        view = self._fit_budget(tail, summary, tokens, stored.turns)
+        view = self._fit_budget(tail, summary, tokens, stored.turns, self._tools_cost(tools))
         if view is not None:
             view.summary_turns, view.summary_at = stored.turns, stored.updated_at
             view.summary_state = stored
@@ -181,9 +213,21 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
             except SummarizerError as exc:
                 self._failed(exc)
                 return
-            yield CompareAndSet(
-                self.session_id, SUMMARY_KEY, stored.raw, self._record(stored, pending, result)
-            )
+            record = self._record(stored, pending, result)
+            won = yield CompareAndSet(self.session_id, SUMMARY_KEY, stored.raw, record)
+            if won:
+                log.info(
+                    "summary folded: session=%r memory=%s turns=%d (now %d in the summary), "
+                    "completion_tokens=%s seconds=%.2f",
+                    self.session_id,
+                    self._type_name,
+                    pending,
+                    record["turns"],
+                    result.completion_tokens,
+                    result.seconds,
+                )
+            else:
+                log.debug("summary fold lost a race: session=%r; reading again", self.session_id)
             tail = None  # won or lost, see what is stored now
 
     def _pending(self, view: _View, stored: _Stored) -> int:
@@ -208,6 +252,14 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
     def _failed(self, exc: SummarizerError) -> None:
         self.failures += 1
         self.last_error = str(exc)
+        log.warning(
+            "summarizer failed: session=%r memory=%s failures=%d: %s; the turns stay stored and "
+            "are folded on a later write",
+            self.session_id,
+            self._type_name,
+            self.failures,
+            type(exc).__name__,
+        )
         if self.strict:
             raise exc
 
@@ -245,6 +297,26 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
+
+    # The stats of a summary memory carry the summary's keys too: the same calls, typed so.
+
+    def get_memory_stats(self, *, tools: Tools | None = None) -> SummaryMemoryStats:
+        return cast(SummaryMemoryStats, super().get_memory_stats(tools=tools))
+
+    async def aget_memory_stats(self, *, tools: Tools | None = None) -> SummaryMemoryStats:
+        return cast(SummaryMemoryStats, await super().aget_memory_stats(tools=tools))
+
+    def get_context_with_stats(
+        self, *, tools: Tools | None = None
+    ) -> tuple[list[Message], SummaryMemoryStats]:
+        context, stats = super().get_context_with_stats(tools=tools)
+        return context, cast(SummaryMemoryStats, stats)
+
+    async def aget_context_with_stats(
+        self, *, tools: Tools | None = None
+    ) -> tuple[list[Message], SummaryMemoryStats]:
+        context, stats = await super().aget_context_with_stats(tools=tools)
+        return context, cast(SummaryMemoryStats, stats)
 
     def _extra_stats(self, view: _View) -> dict[str, Any]:
         stats = super()._extra_stats(view)
@@ -287,12 +359,50 @@ class ConversationSummaryMemory(ConversationSummaryBufferMemory):
 
     _type_name: ClassVar[str] = "ConversationSummaryMemory"
 
-    def __init__(self, summarizer: Summarizer | None = None, **kwargs: Any) -> None:
-        kwargs.setdefault("max_token_limit", sys.maxsize // 2)
-        super().__init__(summarizer=summarizer, **kwargs)
+    @legacy_positional("summarizer")
+    def __init__(
+        self,
+        *,
+        summarizer: Summarizer | None = None,
+        background: bool = False,
+        summary_prefix: str = DEFAULT_PREFIX,
+        token_counter: TokenCounterLike | None = None,
+        max_token_limit: int = _UNBOUNDED,
+        reserve_tokens: int = 0,
+        overflow: Overflow = "truncate",
+        tools: Tools | None = None,
+        return_messages: bool = False,
+        input_key: str = "input",
+        output_key: str = "output",
+        memory_key: str = "history",
+        human_prefix: str = "user",
+        ai_prefix: str = "assistant",
+        store: Store | AsyncStore | None = None,
+        session_id: str = _DEFAULT_SESSION,
+        strict: bool = False,
+    ) -> None:
+        super().__init__(
+            max_token_limit,
+            summarizer=summarizer,
+            background=background,
+            summary_prefix=summary_prefix,
+            token_counter=token_counter,
+            reserve_tokens=reserve_tokens,
+            overflow=overflow,
+            tools=tools,
+            return_messages=return_messages,
+            input_key=input_key,
+            output_key=output_key,
+            memory_key=memory_key,
+            human_prefix=human_prefix,
+            ai_prefix=ai_prefix,
+            store=store,
+            session_id=session_id,
+            strict=strict,
+        )
 
-    def _fit(self, tail: Tail) -> _View | None:
-        view = super()._fit(tail)
+    def _fit(self, tail: Tail, tools: Tools | None = None) -> _View | None:
+        view = super()._fit(tail, tools)
         if view is None or view.error is not None or not view.turns_in_context:
             return view
         turns = group_turns(view.tail.messages[view.start :])

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from zerda.errors import ConfigurationError, ContextOverflowError
-from zerda.memory._base import BaseMemory, _View
+from zerda.memory._base import _DEFAULT_SESSION, BaseMemory, Tools, _View, legacy_positional
+from zerda.memory._stats import TokenMemoryStats
 from zerda.messages import Message
 from zerda.policies import Overflow, fit_budget, shorten_turn
-from zerda.stores._base import Tail, TokenCounts
-from zerda.tokens import TokenCounter, as_token_counter
+from zerda.stores._base import AsyncStore, Store, Tail, TokenCounts
+from zerda.tokens import TokenCounterLike, as_token_counter, count_tools
 
 __all__ = ["ConversationTokenBufferMemory"]
 
@@ -27,7 +28,7 @@ def _non_negative_int(value: object, what: str) -> int:
     return value
 
 
-class ConversationTokenBufferMemory(BaseMemory):
+class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
     """Keeps the newest whole turns that fit ``max_token_limit - reserve_tokens`` tokens.
 
     Everything the model is sent counts: pinned system messages, every message's content,
@@ -45,17 +46,32 @@ class ConversationTokenBufferMemory(BaseMemory):
     :class:`~zerda.ContextOverflowError`. When what cannot be cut (tool-call arguments, media,
     overheads) is over the budget, both raise. These errors come from reads; adding a message
     always succeeds, so nothing is lost.
+
+    ``tools``: the tool definitions the application sends with each request (OpenAI function
+    definitions); their tokens (:func:`zerda.tokens.count_tools`) come out of the budget, and
+    ``get_context(tools=...)`` counts another set for one call.
     """
 
     _type_name: ClassVar[str] = "ConversationTokenBufferMemory"
 
+    @legacy_positional("token_counter", "reserve_tokens", "overflow")
     def __init__(
         self,
         max_token_limit: int = 2000,
-        token_counter: TokenCounter | Callable[[str], int] | None = None,
+        *,
+        token_counter: TokenCounterLike | None = None,
         reserve_tokens: int = 0,
         overflow: Overflow = "truncate",
-        **kwargs: Any,
+        tools: Tools | None = None,
+        return_messages: bool = False,
+        input_key: str = "input",
+        output_key: str = "output",
+        memory_key: str = "history",
+        human_prefix: str = "user",
+        ai_prefix: str = "assistant",
+        store: Store | AsyncStore | None = None,
+        session_id: str = _DEFAULT_SESSION,
+        strict: bool = False,
     ) -> None:
         limit = max_token_limit
         if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
@@ -67,13 +83,32 @@ class ConversationTokenBufferMemory(BaseMemory):
             )
         if overflow not in _OVERFLOWS:
             raise ConfigurationError(f"overflow must be 'truncate' or 'raise', got {overflow!r}")
-        super().__init__(**kwargs)
+        super().__init__(
+            return_messages=return_messages,
+            input_key=input_key,
+            output_key=output_key,
+            memory_key=memory_key,
+            human_prefix=human_prefix,
+            ai_prefix=ai_prefix,
+            store=store,
+            session_id=session_id,
+            strict=strict,
+        )
         self.max_token_limit = limit
         self.reserve_tokens = reserve
         self.overflow: Overflow = overflow
         self.token_counter = as_token_counter(token_counter)
         self._priming = self.token_counter.count_messages([])
+        self.tools: tuple[Any, ...] = ()
+        self._tools_tokens = 0
+        if tools is not None:
+            self._tools_tokens = count_tools(tools, self.token_counter)  # checks them too
+            self.tools = tuple(tools)
         self._turns_hint = _FIRST_READ
+
+    def _tools_cost(self, tools: Tools | None) -> int:
+        """Tokens of ``tools`` (a call's own), else of the memory's ``tools``."""
+        return self._tools_tokens if tools is None else count_tools(tools, self.token_counter)
 
     @property
     def budget(self) -> int:
@@ -88,8 +123,8 @@ class ConversationTokenBufferMemory(BaseMemory):
     def _count(self, batch: Sequence[Message]) -> TokenCounts:
         return {self.token_counter.name: [self.token_counter.count_message(m) for m in batch]}
 
-    def _fit(self, tail: Tail) -> _View | None:
-        return self._fit_budget(tail, (), 0, 0)
+    def _fit(self, tail: Tail, tools: Tools | None = None) -> _View | None:
+        return self._fit_budget(tail, (), 0, 0, self._tools_cost(tools))
 
     def _fit_budget(
         self,
@@ -97,11 +132,12 @@ class ConversationTokenBufferMemory(BaseMemory):
         summary: Sequence[Message],
         summary_tokens: int,
         first_turn: int,
+        tools_tokens: int,
     ) -> _View | None:
         """Fit ``tail`` into the budget, with the ``summary`` messages (``summary_tokens``)
-        counted in it and no turn older than ``first_turn`` (counted from the session's first
-        turn) in the context. Pure: the view says how many turns the next read should ask
-        for (``hint``)."""
+        and the tool definitions (``tools_tokens``) counted in it and no turn older than
+        ``first_turn`` (counted from the session's first turn) in the context. Pure: the view
+        says how many turns the next read should ask for (``hint``)."""
         tail, repairs = self._repaired(tail)
         skipped = first_turn - (tail.total_turns - len(tail.turn_starts))
         if skipped > 0:  # the tail reaches back past first_turn: those turns are summarized
@@ -110,12 +146,11 @@ class ConversationTokenBufferMemory(BaseMemory):
         budget = self.budget
         priming = self._priming
         system_tokens = sum(self._counts(tail.system, tail.system_tokens))
-        fixed = system_tokens + summary_tokens + priming
+        fixed = system_tokens + summary_tokens + tools_tokens + priming
+        parts = _PartTokens(system_tokens, summary_tokens, tools_tokens)
         if fixed > budget:
-            error = self._overflow(
-                f"the system messages and summary alone need {fixed} tokens", fixed, fixed
-            )
-            return self._no_fit(tail, error, summary, system_tokens, summary_tokens, repairs)
+            error = self._overflow(f"{parts.describe()} alone need {fixed} tokens", fixed, parts)
+            return self._no_fit(tail, error, summary, parts, repairs)
         messages = tail.messages
         tokens = self._counts(messages, tail.tokens)
         room = budget - fixed
@@ -135,8 +170,8 @@ class ConversationTokenBufferMemory(BaseMemory):
                 fit = fit._replace(tokens=sum(short.tokens))
                 cut = short.cut
         except ContextOverflowError as exc:
-            error = self._overflow(str(exc), exc.needed + fixed, fixed)
-            return self._no_fit(tail, error, summary, system_tokens, summary_tokens, repairs)
+            error = self._overflow(str(exc), exc.needed + fixed, parts)
+            return self._no_fit(tail, error, summary, parts, repairs)
         if fit.exhausted and skipped < 0 and not tail.complete:
             return None  # every turn read fitted: an older, unsummarized one may fit too
         view = _View(
@@ -148,6 +183,7 @@ class ConversationTokenBufferMemory(BaseMemory):
             truncated_tokens=cut,
             system_tokens=system_tokens,
             summary_tokens=summary_tokens,
+            tools_tokens=tools_tokens,
             turn_tokens=fit.tokens,
             overhead_tokens=priming,
             hint=fit.turns + _MARGIN,
@@ -160,8 +196,7 @@ class ConversationTokenBufferMemory(BaseMemory):
         tail: Tail,
         error: ContextOverflowError,
         summary: Sequence[Message],
-        system_tokens: int,
-        summary_tokens: int,
+        parts: _PartTokens,
         repairs: Sequence[tuple[int, int]],
     ) -> _View:
         """The view of a tail whose context does not fit: reading it raises ``error``."""
@@ -171,17 +206,19 @@ class ConversationTokenBufferMemory(BaseMemory):
             0,
             summary=summary,
             error=error,
-            system_tokens=system_tokens,
-            summary_tokens=summary_tokens,
+            system_tokens=parts.system,
+            summary_tokens=parts.summary,
+            tools_tokens=parts.tools,
             overhead_tokens=self._priming,
             repairs=repairs,
         )
 
-    def _overflow(self, what: str, needed: int, fixed: int) -> ContextOverflowError:
+    def _overflow(self, what: str, needed: int, parts: _PartTokens) -> ContextOverflowError:
+        fixed = parts.system + parts.summary + parts.tools + self._priming
         return ContextOverflowError(
             f"{what}; the context budget is {self.budget} (max_token_limit "
             f"{self.max_token_limit} - reserve_tokens {self.reserve_tokens}), {fixed} of it "
-            "taken by system messages, summary and reply priming",
+            f"taken by {parts.describe()} ({self._priming} tokens by this counter)",
             needed=needed,
             limit=self.budget,
         )
@@ -208,6 +245,7 @@ class ConversationTokenBufferMemory(BaseMemory):
             "tokens_by_part": {
                 "system": view.system_tokens,
                 "summary": view.summary_tokens,
+                "tools": view.tools_tokens,
                 "turns": view.turn_tokens,
             },
             "turns_in_context": in_context,
@@ -217,6 +255,30 @@ class ConversationTokenBufferMemory(BaseMemory):
             "truncated_tokens": view.truncated_tokens,
             "overflow": str(view.error) if view.error is not None else None,
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class _PartTokens:
+    """The tokens of what comes before the turns: pinned system messages, summary, tools."""
+
+    system: int
+    summary: int
+    tools: int
+
+    def describe(self) -> str:
+        """What takes the room, only the parts there are: "the system messages and the reply
+        priming"."""
+        named = [
+            what
+            for what, n in (
+                ("the system messages", self.system),
+                ("the summary", self.summary),
+                ("the tool definitions", self.tools),
+            )
+            if n
+        ]
+        named.append("the reply priming")
+        return named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
 
 
 def _from_turn(tail: Tail, skip: int) -> Tail:

@@ -78,8 +78,8 @@ _MEMORIES = ("buffer", "window", "token", "summary_buffer")
 def _session_json(info: SessionInfo) -> dict[str, Any]:
     return {
         "id": info.session_id,
-        "messages": info.message_count,
-        "turns": info.turn_count,
+        "messages": info.messages,
+        "turns": info.turns,
         "created_at": info.created_at,
         "updated_at": info.updated_at,
         "expires_at": info.expires_at,
@@ -367,7 +367,7 @@ def _messages_of(body: object) -> list[Message] | list[object]:
 
 def _memory(
     params: Mapping[str, str], stored: str, store: Store, counter: TokenCounter
-) -> BaseMemory:
+) -> BaseMemory[Any]:
     """The memory ``memory=`` names, with its settings, on the session ``stored``."""
     k = query_int(params, "k", minimum=1)
     limit = query_int(params, "token_limit", minimum=1)

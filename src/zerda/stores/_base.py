@@ -16,6 +16,7 @@ from zerda.errors import (
     CorruptDataError,
     InvalidMessageError,
     InvalidSessionIdError,
+    warn,
 )
 from zerda.messages import Message
 
@@ -361,14 +362,27 @@ class AsyncClosingStore:
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """One stored session, as ``list_sessions`` reports it (times in epoch seconds)."""
+    """One stored session, as ``list_sessions`` reports it: how many ``messages`` it holds
+    (system messages included) and how many ``turns`` (times in epoch seconds)."""
 
     session_id: str
-    message_count: int
-    turn_count: int
+    messages: int
+    turns: int
     created_at: float
     updated_at: float
     expires_at: float | None = None
+
+    @property
+    def message_count(self) -> int:
+        """Deprecated name of :attr:`messages`."""
+        warn("SessionInfo.message_count is deprecated: use SessionInfo.messages")
+        return self.messages
+
+    @property
+    def turn_count(self) -> int:
+        """Deprecated name of :attr:`turns`."""
+        warn("SessionInfo.turn_count is deprecated: use SessionInfo.turns")
+        return self.turns
 
 
 @runtime_checkable
