@@ -372,7 +372,9 @@ def test_show_gives_every_turn_with_its_messages_and_tokens(cli: Zerda) -> None:
     for number in range(1, 5):
         assert f"Turn {number} of 4, " in out
     user = messages[1]
-    assert re.search(rf"^  user\s+{APPROX.count_message(user)}  Hi! Do you have", out, re.M)
+    assert re.search(
+        rf"^  [0-9a-f]{{8}}  user\s+{APPROX.count_message(user)}  Hi! Do you have", out, re.M
+    )
     assert '-> search_menu({"query": "oat milk", "sweetness": "low"})' in out
     assert '-> add_item({"item_id": "flat-white"' in out
     assert "set_order_type(" in out
@@ -1013,14 +1015,14 @@ def test_show_renders_parts_on_one_line_and_never_their_data(
     assert main(["--db", db, "show", "mixed"]) == 0
     out = capsys.readouterr().out
     assert "Developer messages (pinned, sent first)" in out
-    assert re.search(r"^  developer\s+\d+  Answer in French\.$", out, re.M)
-    user = next(line for line in out.splitlines() if line.startswith("  user"))
+    assert re.search(r"^  m0\s+developer\s+\d+  Answer in French\.$", out, re.M)
+    user = next(line for line in out.splitlines() if line.startswith("  m1  user"))
     assert user.endswith(
         "What is on this receipt? [image png 1024x768 high] "
         "[image https://example.com/cat.jpg low] [image file-img] [audio wav 3.2 s] "
         "[file receipt.pdf 120 KiB] [file https://example.com/terms.pdf]"
     )
-    reply = next(line for line in out.splitlines() if line.startswith("  assistant"))
+    reply = next(line for line in out.splitlines() if line.startswith("  m2  assistant"))
     assert reply.endswith(
         "[reasoning: The total is printed at the bottom, i...] [reasoning: encrypted] "
         "Le total est de 12,40 €. -> save({})"

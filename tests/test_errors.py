@@ -14,6 +14,8 @@ from zerda.errors import (
     CorruptDataError,
     InvalidMessageError,
     InvalidSessionIdError,
+    MessageNotFoundError,
+    SessionExistsError,
     StoreUnavailableError,
     SummarizerError,
     ZerdaError,
@@ -24,6 +26,8 @@ SUBCLASSES = [
     ConfigurationError,
     InvalidMessageError,
     InvalidSessionIdError,
+    MessageNotFoundError,
+    SessionExistsError,
     StoreUnavailableError,
     ContextOverflowError,
     SummarizerError,
@@ -43,6 +47,8 @@ def test_all_is_exactly_the_documented_set() -> None:
         "ConfigurationError",
         "InvalidMessageError",
         "InvalidSessionIdError",
+        "MessageNotFoundError",
+        "SessionExistsError",
         "StoreUnavailableError",
         "ContextOverflowError",
         "SummarizerError",
@@ -117,3 +123,10 @@ def test_other_errors_survive_pickle(cls: type[Exception]) -> None:
     copy = pickle.loads(pickle.dumps(cls("session 'a/b' is not valid")))
     assert type(copy) is cls
     assert str(copy) == "session 'a/b' is not valid"
+
+
+def test_a_missing_message_is_a_key_error_that_reads_plainly() -> None:
+    error = MessageNotFoundError("session 's' holds no message 'x'")
+    assert isinstance(error, KeyError)
+    assert str(error) == "session 's' holds no message 'x'"  # KeyError would add quotes
+    assert isinstance(SessionExistsError("taken"), ValueError)

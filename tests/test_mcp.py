@@ -31,7 +31,17 @@ from zerda.server import _mcp, create_app
 from zerda.stores import InMemoryStore, SQLiteStore
 from zerda.tokens import counter_by_name
 
-TOOLS = {"append_messages", "get_context", "get_history", "list_sessions", "delete_session"}
+TOOLS = {
+    "append_messages",
+    "get_context",
+    "get_history",
+    "list_sessions",
+    "delete_session",
+    "pop_turn",
+    "delete_message",
+    "edit_message",
+    "fork_session",
+}
 
 # An old turn, then an order whose tool result was stored after the user interjected: the
 # context must move the result back after its call, and a budget of 70 (approx) evicts the
@@ -132,7 +142,13 @@ def test_the_tools_are_listed_with_schemas_a_host_can_use(live: Live, mode: str)
             assert schema["type"] == "object"
             for name, prop in schema["properties"].items():
                 assert prop.get("description"), (tool.name, name)
-            required = {"append_messages": ["session_id", "messages"], "list_sessions": []}
+            required = {
+                "append_messages": ["session_id", "messages"],
+                "list_sessions": [],
+                "delete_message": ["session_id", "message_id"],
+                "edit_message": ["session_id", "message_id", "content"],
+                "fork_session": ["session_id", "new_session_id"],
+            }
             assert schema.get("required", []) == required.get(tool.name, ["session_id"])
             assert "ctx" not in schema["properties"]
         context = tools["get_context"].input_schema["properties"]
@@ -468,3 +484,33 @@ def test_zerda_mcp_refuses_a_bad_tenant_or_a_missing_extra_in_one_line(
         err == "zerda: error: the MCP tools need the mcp extra: pip install 'zerda-memory[mcp]'\n"
     )
     assert not (tmp_path / "x.sqlite3").exists()  # both refused before the store was opened
+
+
+def test_the_editing_tools_pop_delete_edit_and_fork(live: Live) -> None:
+    async def body() -> None:
+        async with connect(live.url, key_for(live, "t")) as client:
+            ids = (await call(client, "append_messages", session_id="a", messages=ORDER))["ids"]
+            popped = await call(client, "pop_turn", session_id="a")
+            assert [m["id"] for m in popped["messages"]] == ids[5:]  # "Wait, with oat milk."
+            deleted = await call(client, "delete_message", session_id="a", message_id=ids[4])
+            assert deleted == {"deleted": 1}  # the call; its result went with the pop
+            edited = await call(
+                client, "edit_message", session_id="a", message_id=ids[1], content="A tea."
+            )
+            assert edited["message"]["content"] == "A tea."
+            forked = await call(client, "fork_session", session_id="a", new_session_id="b")
+            assert forked == {"session_id": "b", "messages": 4}
+            assert "already holds" in await refused(
+                client, "fork_session", session_id="a", new_session_id="b"
+            )
+            assert "no message" in await refused(
+                client, "delete_message", session_id="a", message_id="nope"
+            )
+
+    run(body)
+    assert [m.text for m in live.store.history("t:b")] == [
+        ORDER[0]["content"],
+        "A tea.",
+        ORDER[2]["content"],
+        ORDER[3]["content"],
+    ]

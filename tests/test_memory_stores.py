@@ -267,6 +267,21 @@ class SpyStore:
     def purge_expired(self) -> int:
         return self._record("purge_expired", (), self.inner.purge_expired())
 
+    def delete_messages(self, session_id: str, ids: Any) -> int:
+        deleted = self.inner.delete_messages(session_id, ids)
+        return self._record("delete_messages", (session_id, ids), deleted)
+
+    def pop_turn(self, session_id: str) -> list[Message]:
+        return self._record("pop_turn", (session_id,), self.inner.pop_turn(session_id))
+
+    def fork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        copied = self.inner.fork(session_id, new_session_id, at)
+        return self._record("fork", (session_id, new_session_id, at), copied)
+
+    def edit_message(self, session_id: str, message_id: str, content: Any) -> Message:
+        edited = self.inner.edit_message(session_id, message_id, content)
+        return self._record("edit_message", (session_id, message_id), edited)
+
     def close(self) -> None:
         self._record("close", (), None)
 
@@ -540,6 +555,22 @@ class AsyncOnlyStore:
     async def apurge_expired(self) -> int:
         return await self._inner.apurge_expired()
 
+    async def adelete_messages(self, session_id: str, ids: Any) -> int:
+        self._seen("adelete_messages")
+        return await self._inner.adelete_messages(session_id, ids)
+
+    async def apop_turn(self, session_id: str) -> list[Message]:
+        self._seen("apop_turn")
+        return await self._inner.apop_turn(session_id)
+
+    async def afork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        self._seen("afork")
+        return await self._inner.afork(session_id, new_session_id, at)
+
+    async def aedit_message(self, session_id: str, message_id: str, content: Any) -> Message:
+        self._seen("aedit_message")
+        return await self._inner.aedit_message(session_id, message_id, content)
+
     async def aclose(self) -> None:
         await self._inner.aclose()
 
@@ -594,6 +625,22 @@ class DualSpyStore(SpyStore):
 
     async def apurge_expired(self) -> int:
         return self.inner.purge_expired()
+
+    async def adelete_messages(self, session_id: str, ids: Any) -> int:
+        return self._record(
+            "adelete_messages", (session_id,), self.inner.delete_messages(session_id, ids)
+        )
+
+    async def apop_turn(self, session_id: str) -> list[Message]:
+        return self._record("apop_turn", (session_id,), self.inner.pop_turn(session_id))
+
+    async def afork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        copied = self.inner.fork(session_id, new_session_id, at)
+        return self._record("afork", (session_id, new_session_id, at), copied)
+
+    async def aedit_message(self, session_id: str, message_id: str, content: Any) -> Message:
+        edited = self.inner.edit_message(session_id, message_id, content)
+        return self._record("aedit_message", (session_id, message_id), edited)
 
     async def aclose(self) -> None:
         pass

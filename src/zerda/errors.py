@@ -6,6 +6,8 @@ The hierarchy::
     ├── ConfigurationError        a constructor or call got a bad option (also a ValueError)
     ├── InvalidMessageError       a message is malformed (also a ValueError)
     ├── InvalidSessionIdError     a session id is too long or has characters we do not accept
+    ├── MessageNotFoundError      no message of the session has that id (also a KeyError)
+    ├── SessionExistsError        a fork's new session already holds something (also a ValueError)
     ├── StoreUnavailableError     the store cannot be reached; the backend's error is chained
     ├── ContextOverflowError      a context cannot fit its token budget
     ├── SummarizerError           the summarizer failed or timed out
@@ -27,6 +29,8 @@ __all__ = [
     "CorruptDataError",
     "InvalidMessageError",
     "InvalidSessionIdError",
+    "MessageNotFoundError",
+    "SessionExistsError",
     "StoreUnavailableError",
     "SummarizerError",
     "ZerdaError",
@@ -48,6 +52,17 @@ class InvalidMessageError(ZerdaError, ValueError):
 
 class InvalidSessionIdError(ZerdaError, ValueError):
     """A session id is empty, too long, or has characters that are not accepted."""
+
+
+class MessageNotFoundError(ZerdaError, KeyError):
+    """No message of the session has the id given (to edit it, or to fork at it)."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class SessionExistsError(ZerdaError, ValueError):
+    """A fork's new session already holds messages or metadata."""
 
 
 class StoreUnavailableError(ZerdaError):

@@ -239,6 +239,20 @@ class _Face:
         if isinstance(self.memory, ConversationSummaryBufferMemory):
             self._call("flush")
 
+    def pop_turn(self) -> Any:
+        return self._call("pop_turn")
+
+    def delete_messages(self, ids: Sequence[str]) -> int:
+        result: int = self._call("delete_messages", ids)
+        return result
+
+    def edit_message(self, message_id: str, content: str) -> Message:
+        result: Message = self._call("edit_message", message_id, content)
+        return result
+
+    def fork(self, new_session_id: str, at: str | None) -> _Face:
+        return _Face(self._call("fork", new_session_id, at), self._loop)
+
 
 class _Contract:
     """The tests both APIs share."""
@@ -362,6 +376,44 @@ class _Contract:
         assert [m.id for m in face.get_history()].count("caller-1") == 1
         face.flush()
         self.check_context(face, face.get_history())
+
+    # -- editing and branching (issue #16) --------------------------------------------------------
+
+    def test_pop_delete_edit_and_fork_leave_no_trace(self) -> None:
+        face = self.memory()
+        face.add_message(Message(Role.SYSTEM, "You take orders."))
+        for i in range(8):
+            face.add_messages(tagged_turn(0, i))
+        face.flush()
+        history = face.get_history()
+        turns = scan_turns([m for m in history if m.role is not Role.SYSTEM])
+        popped = face.pop_turn()
+        assert popped is not None
+        assert list(popped.messages) == list(turns[-1])
+        # Turn 2 goes whole (a user asks to be forgotten); turn 1's tool call goes with its result.
+        assert face.delete_messages([m.id for m in turns[2]]) == len(turns[2])
+        call = next(m for m in turns[1] if m.tool_calls)
+        assert face.delete_messages([call.id]) == 2
+        edited = face.edit_message(turns[3][0].id, "[w0t3] changed my mind")
+        assert edited.id == turns[3][0].id
+        gone = {m.id for m in (*turns[-1], *turns[2])} | {call.id, turns[1][1].id, turns[1][2].id}
+        expected = [edited if m.id == edited.id else m for m in history if m.id not in gone]
+        assert face.get_history() == expected
+        face.add_messages(tagged_turn(0, 8))  # the next write folds what an edit dropped
+        face.flush()
+        reads = " ".join(
+            [m.text for m in face.get_history()]
+            + [m.text for m in face.get_context()]
+            + [str(face.stats())]
+        )
+        assert "[w0t2]" not in reads, "a deleted turn is in no read, summary included"
+        assert "[w0t7]" not in reads, "nor a popped one"
+        assert "what next for order 3" not in reads
+        branch = face.fork("branch", turns[4][0].id)
+        now = face.get_history()
+        assert branch.get_history() == now[: now.index(turns[4][0]) + 1]
+        assert face.get_history() == now, "the source is unchanged"
+        assert branch.get_context()[-1] == turns[4][0]
 
     # -- restart --------------------------------------------------------------------------------
 

@@ -61,9 +61,15 @@ from typing import Any, ClassVar, TypeVar
 import pytest
 
 from _processes import run_processes
-from zerda.errors import ConfigurationError, InvalidSessionIdError
+from zerda.errors import (
+    ConfigurationError,
+    InvalidMessageError,
+    InvalidSessionIdError,
+    MessageNotFoundError,
+    SessionExistsError,
+)
 from zerda.memory import ConversationBufferMemory
-from zerda.messages import PINNED, Message, Role, ToolCall
+from zerda.messages import PINNED, Message, Role, ToolCall, group_turns
 from zerda.parts import AudioPart, FilePart, ImagePart, ReasoningPart, TextPart
 from zerda.stores import AsyncStore, InMemoryStore, SessionInfo, Store, Tail
 
@@ -462,6 +468,18 @@ class AsyncDriver:
     def purge_expired(self) -> int:
         return self._run(self.store.apurge_expired())
 
+    def delete_messages(self, session_id: str, ids: Any) -> int:
+        return self._run(self.store.adelete_messages(session_id, ids))
+
+    def pop_turn(self, session_id: str) -> list[Message]:
+        return self._run(self.store.apop_turn(session_id))
+
+    def fork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        return self._run(self.store.afork(session_id, new_session_id, at))
+
+    def edit_message(self, session_id: str, message_id: str, content: Any) -> Message:
+        return self._run(self.store.aedit_message(session_id, message_id, content))
+
 
 INVALID_IDS: list[object] = [
     "",
@@ -587,6 +605,219 @@ class _Contract:
             s.append(session_id, batch, tokens)
             log += entries(batch, tokens)
         return log
+
+    # -- editing the log (issue #16) --------------------------------------------------------------
+
+    def edit_log(self, s: Any) -> list[Message]:
+        """A session "e" of three turns with a tool call, a pinned system message in the middle,
+        and counts by two counters; its messages as stored."""
+        log = [
+            system("be brief", id="sys1"),
+            user("hi", id="u1"),
+            assistant("hello", id="a1"),
+            user("order a latte", id="u2"),
+            msg(
+                "assistant", None, id="a2", tool_calls=(ToolCall("c1", "order", '{"d": "latte"}'),)
+            ),
+            Message(Role.TOOL, "ok", tool_call_id="c1", id="t1"),
+            system("prices changed", id="sys2"),
+            assistant("ordered", id="a3"),
+            user("thanks", id="u3"),
+            assistant("bye", id="a4"),
+        ]
+        s.append("e", log[:6], {"c": [1, 2, 3, 4, 5, 6], "d": [6, 5, 4, 3, 2, 1]})
+        s.append("e", log[6:], {"c": [7, 8, 9, 10]})
+        return log
+
+    def test_delete_messages_removes_them_and_their_counts(self) -> None:
+        s = self.open()
+        log = self.edit_log(s)
+        assert s.delete_messages("e", ["a1", "t1", "nope"]) == 2
+        kept = [m for m in log if m.id not in ("a1", "t1")]
+        assert s.history("e") == kept
+        tail = s.tail("e", None, "c")
+        assert [m.id for m in (*tail.system, *tail.messages)] == [
+            "sys1",
+            "sys2",
+            "u1",
+            "u2",
+            "a2",
+            "a3",
+            "u3",
+            "a4",
+        ]
+        assert list(tail.tokens) == [2, 4, 5, 8, 9, 10]
+        assert list(tail.system_tokens) == [1, 7]
+        assert s.tail("e", None, "d").tokens[:3] == [5, 3, 2]
+        assert s.delete_messages("e", ["a1"]) == 0, "deleting twice deletes nothing more"
+
+    def test_deleting_a_user_message_joins_its_answers_to_the_turn_before(self) -> None:
+        s = self.open()
+        self.edit_log(s)
+        assert s.delete_messages("e", ["u2"]) == 1
+        tail = s.tail("e", None)
+        assert tail.total_turns == 2
+        assert [[m.id for m in t.messages] for t in group_turns(tail.messages)] == [
+            ["u1", "a1", "a2", "t1", "a3"],
+            ["u3", "a4"],
+        ]
+
+    def test_delete_system_messages_and_everything(self) -> None:
+        s = self.open()
+        log = self.edit_log(s)
+        assert s.delete_messages("e", ["sys2"]) == 1
+        assert [m.id for m in s.tail("e", None).system] == ["sys1"]
+        assert s.delete_messages("e", [m.id for m in log]) == len(log) - 1
+        assert s.history("e") == []
+        assert s.tail("e", None).total_messages == 0
+
+    def test_a_deleted_id_may_be_appended_again(self) -> None:
+        s = self.open()
+        log = self.edit_log(s)
+        s.delete_messages("e", ["a4"])
+        assert s.append("e", [log[-1]]) == 1
+        assert s.history("e") == log
+
+    @pytest.mark.parametrize("ids", ["a1", None, 3, [3], [""], b"a1"])
+    def test_delete_messages_refuses_what_is_not_a_list_of_ids(self, ids: Any) -> None:
+        s = self.open()
+        log = self.edit_log(s)
+        with pytest.raises(ConfigurationError):
+            s.delete_messages("e", ids)
+        assert s.history("e") == log
+
+    def test_edits_of_a_missing_session(self) -> None:
+        s = self.open()
+        assert s.delete_messages("none", ["x"]) == 0
+        assert s.pop_turn("none") == []
+        assert s.fork("none", "copy") == 0
+        assert s.list_sessions() == [], "nothing was created"
+        with pytest.raises(MessageNotFoundError):
+            s.edit_message("none", "x", "text")
+        with pytest.raises(MessageNotFoundError):
+            s.fork("none", "copy", at="x")
+
+    def test_pop_turn_returns_the_newest_turn_and_keeps_system_messages(self) -> None:
+        s = self.open()
+        log = self.edit_log(s)
+        assert s.pop_turn("e") == log[8:]
+        assert s.history("e") == log[:8]
+        popped = s.pop_turn("e")
+        assert popped == [log[3], log[4], log[5], log[7]]  # sys2 is pinned: it stays
+        assert s.history("e") == [*log[:3], log[6]]
+        tail = s.tail("e", None, "c")
+        assert tail.total_turns == 1
+        assert list(tail.tokens) == [2, 3]
+        assert s.pop_turn("e") == log[1:3]
+        assert s.pop_turn("e") == []
+        assert s.history("e") == [log[0], log[6]]
+
+    def test_pop_turn_of_an_opening_greeting(self) -> None:
+        s = self.open()
+        greeting = assistant("welcome", id="g")
+        s.append("g", [system("s", id="s"), greeting])
+        assert s.pop_turn("g") == [greeting]
+        assert [m.id for m in s.history("g")] == ["s"]
+
+    def test_fork_copies_up_to_a_message_and_leaves_the_source(self) -> None:
+        s = self.open()
+        log = self.edit_log(s)
+        s.update_metadata("e", {"topic": "coffee"})
+        assert s.fork("e", "f", at="t1") == 6
+        assert s.history("f") == log[:6]
+        assert s.history("e") == log
+        tail = s.tail("f", None, "c")
+        assert list(tail.tokens) == [2, 3, 4, 5, 6]
+        assert s.tail("f", None, "d").tokens[-1] == 1
+        assert s.get_metadata("f") == {"topic": "coffee"}
+        # The two sessions go their own ways.
+        s.append("f", [user("other", id="u9")])
+        assert s.history("e") == log
+        assert s.fork("e", "g") == len(log)
+        assert s.history("g") == log
+        info = {i.session_id: i for i in s.list_sessions()}
+        assert (info["f"].messages, info["g"].messages) == (7, len(log))
+
+    def test_fork_refuses_an_existing_session_and_an_unknown_message(self) -> None:
+        s = self.open()
+        log = self.edit_log(s)
+        s.append("taken", [user("mine")])
+        with pytest.raises(SessionExistsError):
+            s.fork("e", "taken")
+        s.update_metadata("meta-only", {"k": 1})
+        with pytest.raises(SessionExistsError):
+            s.fork("e", "meta-only")
+        with pytest.raises(MessageNotFoundError, match="nope"):
+            s.fork("e", "new", at="nope")
+        with pytest.raises(InvalidSessionIdError):
+            s.fork("e", "bad id")
+        assert [m.text for m in s.history("taken")] == ["mine"]
+        assert s.history("new") == []
+        assert s.history("e") == log
+
+    def test_edit_message_keeps_its_place_and_drops_its_counts(self) -> None:
+        s = self.open()
+        log = self.edit_log(s)
+        self.clock.advance(5)
+        new = s.edit_message("e", "u2", "order a flat white")
+        assert new.text == "order a flat white"
+        assert (new.id, new.role, new.created_at) == ("u2", Role.USER, log[3].created_at)
+        assert new.metadata["edited_at"] == self.clock()
+        history = s.history("e")
+        assert history == [*log[:3], new, *log[4:]]
+        tail = s.tail("e", None, "c")
+        assert list(tail.tokens) == [2, 3, None, 5, 6, 8, 9, 10]
+        parts = (TextPart("see"), ImagePart("https://example.com/a.png"))
+        assert s.edit_message("e", "u3", parts).content == parts
+        assert s.history("e")[8].content == parts
+
+    def test_edit_message_refuses_bad_content_and_unknown_ids(self) -> None:
+        s = self.open()
+        log = self.edit_log(s)
+        with pytest.raises(InvalidMessageError):
+            s.edit_message("e", "u1", None)  # a user message needs content
+        with pytest.raises(InvalidMessageError):
+            s.edit_message("e", "u1", 42)
+        with pytest.raises(MessageNotFoundError, match="nope"):
+            s.edit_message("e", "nope", "x")
+        assert s.history("e") == log
+        # An assistant message with calls may lose its text.
+        assert s.edit_message("e", "a2", None).content is None
+
+    def test_edits_are_writes_that_refresh_the_ttl(self) -> None:
+        s = self.open(ttl=10)
+        self.edit_log(s)
+        for step, edit in enumerate(
+            [
+                lambda: s.delete_messages("e", ["a4"]),
+                lambda: s.pop_turn("e"),
+                lambda: s.edit_message("e", "u1", "hey"),
+            ]
+        ):
+            self.clock.advance(8)
+            edit()
+            info = s.list_sessions()
+            assert [i.session_id for i in info] == ["e"], step
+            assert info[0].updated_at == self.clock()
+
+    def test_an_expired_session_has_nothing_to_edit(self) -> None:
+        s = self.open(ttl=10)
+        self.edit_log(s)
+        self.clock.advance(11)
+        assert s.delete_messages("e", ["u1"]) == 0
+        assert s.pop_turn("e") == []
+        assert s.fork("e", "f") == 0
+        with pytest.raises(MessageNotFoundError):
+            s.edit_message("e", "u1", "x")
+
+    def test_edits_are_seen_by_another_store_over_the_same_data(self) -> None:
+        s = self.open()
+        log = self.edit_log(s)
+        other = self.reopen(self.raw(s))
+        s.delete_messages("e", ["a1"])
+        s.fork("e", "f", at="u2")
+        assert other.history("e") == [m for m in log if m.id != "a1"]
+        assert [m.id for m in other.history("f")] == ["sys1", "u1", "u2"]
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -1563,11 +1794,42 @@ class _Contract:
             elif op < 0.95:
                 reference.clear()
                 store.clear()
-            else:
+            elif op < 0.96:
                 assert store.list_sessions() == reference.list_sessions(), where
+            else:
+                self._random_edit(rng, store, reference, sid, where)
         for sid in ("s1", "s2", "s3"):
             assert store.history(sid) == reference.history(sid)
         assert store.list_sessions() == reference.list_sessions()
+
+    @staticmethod
+    def _random_edit(
+        rng: random.Random, store: Any, reference: InMemoryStore, sid: str, where: str
+    ) -> None:
+        """One random log edit, on both stores, with the same outcome."""
+        held = [m.id for m in reference.history(sid) if m.id is not None]
+        some = rng.choice(held) if held and rng.random() < 0.8 else "m99"
+        kind = rng.choice(["delete", "pop", "fork", "edit"])
+        if kind == "delete":
+            ids = [*rng.sample(held, min(len(held), rng.randint(0, 2))), "m98"]
+            assert store.delete_messages(sid, ids) == reference.delete_messages(sid, ids), where
+        elif kind == "pop":
+            assert store.pop_turn(sid) == reference.pop_turn(sid), where
+        else:
+            outcomes = []
+            target, at = rng.choice(["s1", "s2", "s3", "s4"]), rng.choice([None, some])
+            for s in (reference, store):
+                try:
+                    if kind == "fork":
+                        s.delete_session("s4")
+                        outcomes.append(s.fork(sid, target, at))
+                    else:
+                        outcomes.append(s.edit_message(sid, some, f"edited {where}"))
+                except (MessageNotFoundError, SessionExistsError, InvalidMessageError) as exc:
+                    outcomes.append(type(exc).__name__)
+            assert outcomes[1] == outcomes[0], where
+        for other in ("s1", "s2", "s3", "s4"):
+            assert store.history(other) == reference.history(other), where
 
 
 class StoreContract(_Contract):
@@ -1672,11 +1934,110 @@ class StoreContract(_Contract):
             tokens = [tag_count(*_parse(m)[:3]) for m in history]
         check_batches(history, writers, batches, tokens)
 
+    def test_threads_deleting_and_popping_never_lose_an_append(self) -> None:
+        """Writers append turns while others delete some of what is stored and pop turns:
+        every appended message ends up stored, deleted on purpose, or returned by a pop."""
+        s = self.open()
+        writers, turns = 4, 40
+        deleted: set[str] = set()
+        popped: list[Message] = []
+        errors: list[BaseException] = []
+        writing = threading.Event()
+        barrier = threading.Barrier(writers + 2)
+
+        def write(w: int) -> None:
+            try:
+                barrier.wait()
+                for t in range(turns):
+                    s.append(
+                        "race",
+                        [
+                            user(f"q {w} {t}", id=f"u{w}-{t}"),
+                            assistant(f"a {w} {t}", id=f"a{w}-{t}"),
+                        ],
+                    )
+            except BaseException as exc:
+                errors.append(exc)
+
+        def delete() -> None:
+            try:
+                barrier.wait()
+                while writing.is_set():
+                    answers = [m.id for m in s.history("race") if m.role is Role.ASSISTANT]
+                    victims = [i for i in answers[::3] if i is not None]
+                    s.delete_messages("race", victims)
+                    deleted.update(victims)
+            except BaseException as exc:
+                errors.append(exc)
+
+        def pop() -> None:
+            try:
+                barrier.wait()
+                while writing.is_set():
+                    popped.extend(s.pop_turn("race"))
+            except BaseException as exc:
+                errors.append(exc)
+
+        writing.set()
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        others = [threading.Thread(target=delete), threading.Thread(target=pop)]
+        for t in [*threads, *others]:
+            t.start()
+        for t in threads:
+            t.join()
+        writing.clear()
+        for t in others:
+            t.join()
+        assert not errors, errors[0]
+        stored = {m.id for m in s.history("race")}
+        popped_ids = {m.id for m in popped}
+        assert len(popped_ids) == len(popped), "a message popped twice"
+        for w in range(writers):
+            for t in range(turns):
+                for ident in (f"u{w}-{t}", f"a{w}-{t}"):
+                    assert ident in stored or ident in deleted or ident in popped_ids, ident
+        assert not (stored & popped_ids), "a popped message is still stored"
+
 
 class AsyncStoreContract(_Contract):
     """The contract through the async protocol (:class:`zerda.stores.AsyncStore`)."""
 
     use_async = True
+
+    def test_tasks_deleting_and_popping_never_lose_an_append(self) -> None:
+        store = self.open_raw()
+        writers, turns = 4, 30
+        deleted: set[str] = set()
+        popped: list[Message] = []
+
+        async def write(w: int) -> None:
+            for t in range(turns):
+                await store.aappend(
+                    "race",
+                    [user(f"q {w} {t}", id=f"u{w}-{t}"), assistant(f"a {w} {t}", id=f"a{w}-{t}")],
+                )
+
+        async def edit(writing: asyncio.Future[Any]) -> None:
+            while not writing.done():
+                answers = [m.id for m in await store.ahistory("race") if m.role is Role.ASSISTANT]
+                victims = [i for i in answers[::3] if i is not None]
+                await store.adelete_messages("race", victims)
+                deleted.update(victims)
+                popped.extend(await store.apop_turn("race"))
+                await asyncio.sleep(0)  # an in-process store never waits: let the writers in
+
+        async def main() -> None:
+            writing = asyncio.gather(*(write(w) for w in range(writers)))
+            await asyncio.gather(writing, edit(writing))
+
+        self._loop.run_until_complete(main())
+        stored = {m.id for m in self._loop.run_until_complete(store.ahistory("race"))}
+        popped_ids = {m.id for m in popped}
+        for w in range(writers):
+            for t in range(turns):
+                for ident in (f"u{w}-{t}", f"a{w}-{t}"):
+                    assert ident in stored or ident in deleted or ident in popped_ids, ident
+        assert not (stored & popped_ids)
 
     def test_tasks_compare_and_set_never_lose_an_increment(self) -> None:
         store = self.open_raw()

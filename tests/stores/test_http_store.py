@@ -27,7 +27,7 @@ pytest.importorskip("uvicorn", reason="the server extra is not installed")
 import httpx
 
 import zerda.stores._http as http_module
-from stores.contract import AsyncStoreContract, StoreContract, user
+from stores.contract import AsyncStoreContract, StoreContract, assistant, user
 from test_serve import Live
 from zerda import ApproxCounter
 from zerda.errors import (
@@ -35,6 +35,8 @@ from zerda.errors import (
     CorruptDataError,
     InvalidMessageError,
     InvalidSessionIdError,
+    MessageNotFoundError,
+    SessionExistsError,
     StoreUnavailableError,
     SummarizerError,
 )
@@ -176,6 +178,35 @@ def test_each_tenant_sees_clears_and_deletes_only_its_own(keyed_server: Live) ->
     held = {i.session_id for i in keyed_server.store.list_sessions()}
     assert {f"{b}:s", f"{b}:only-b"} <= held
     assert not any(s.startswith(f"{a}:") for s in held)
+
+
+def test_editing_the_log_stays_inside_the_tenant(keyed_server: Live) -> None:
+    (key_a, a), (key_b, b) = new_key(keyed_server), new_key(keyed_server)
+    with HTTPStore(keyed_server.url, key_a) as one, HTTPStore(keyed_server.url, key_b) as two:
+        one.append("s", [user("q1", id="u1"), assistant("a1", id="a1"), user("q2", id="u2")])
+        two.append("s", [user("theirs", id="u1"), assistant("a1", id="a1")])
+        two.append("taken", [user("b's")])
+        # The fork's new session is the tenant's own: another tenant's "taken" is no obstacle.
+        assert one.fork("s", "taken", at="a1") == 2
+        assert one.fork("s", "copy") == 3
+        with pytest.raises(SessionExistsError, match="'copy'") as exists:
+            one.fork("s", "copy")
+        with pytest.raises(MessageNotFoundError, match="session 's' holds no message 'x'") as gone:
+            one.edit_message("s", "x", "y")
+        for error in (exists.value, gone.value):
+            assert f"{a}:" not in str(error), "the tenant's prefix showed"
+        assert one.edit_message("s", "u1", "edited").text == "edited"
+        assert one.delete_messages("s", ["a1", "x"]) == 1
+        assert [m.id for m in one.pop_turn("s")] == ["u2"]
+        assert [m.text for m in one.history("s")] == ["edited"]
+        assert [m.text for m in one.history("taken")] == ["q1", "a1"]
+        assert [m.text for m in two.history("s")] == ["theirs", "a1"]
+        assert [m.text for m in two.history("taken")] == ["b's"]
+        assert two.fork("s", "copy", at="u1") == 1
+        with pytest.raises(InvalidSessionIdError):
+            one.fork("s", "x" * 200)  # too long once the tenant's prefix is added
+    held = {i.session_id for i in keyed_server.store.list_sessions()}
+    assert {f"{a}:copy", f"{a}:taken", f"{b}:copy", f"{b}:taken"} <= held
 
 
 def test_a_missing_or_refused_key_is_a_configuration_error(keyed_server: Live) -> None:
@@ -350,6 +381,8 @@ def _error(kind: str, message: str = "what the server said") -> str:
         (401, _error("Unauthorized"), ConfigurationError, "needs an API key"),
         (403, _error("Forbidden"), ConfigurationError, "what the server said"),
         (404, _error("NotFound", "no route"), ConfigurationError, "before the store API"),
+        (404, _error("MessageNotFoundError"), MessageNotFoundError, "what the server said"),
+        (409, _error("SessionExistsError"), SessionExistsError, "what the server said"),
         (404, "<html>Not Found</html>", ConfigurationError, "not an answer from zerda serve"),
         (500, _error("CorruptDataError"), CorruptDataError, "what the server said"),
         (500, _error("InternalError"), StoreUnavailableError, "what the server said"),
@@ -482,6 +515,43 @@ def test_the_store_routes_refuse_what_is_malformed(keyed_server: Live) -> None:
         assert http.get("/v1/sessions/s/metadata", params={"reserved": "yes"}).status_code == 422
 
 
+def test_the_edit_routes_refuse_what_is_malformed(keyed_server: Live) -> None:
+    key, _ = new_key(keyed_server)
+    with keyed_server.client(key) as http:
+        for route, body in [
+            ("delete-messages", {}),
+            ("delete-messages", {"ids": "a1"}),
+            ("delete-messages", {"ids": [1]}),
+            ("delete-messages", {"ids": [""]}),
+            ("delete-messages", {"ids": [], "more": 1}),
+            ("fork-session", {"at": None}),
+            ("fork-session", {"new_session_id": "n", "at": 5}),
+            ("edit-message", {"message_id": "m"}),
+            ("edit-message", {"message_id": 5, "content": "x"}),
+            ("edit-message", {"message_id": "m", "content": {"text": "x"}}),
+        ]:
+            r = http.post(f"/v1/sessions/s/{route}", json=body)
+            assert (r.status_code, r.json()["error"]["type"]) == (422, "InvalidBody"), body
+        r = http.post("/v1/sessions/s/fork-session", json={"new_session_id": "bad id"})
+        assert (r.status_code, r.json()["error"]["type"]) == (400, "InvalidSessionIdError")
+        r = http.post(
+            "/v1/sessions/s/edit-message", json={"message_id": "m", "content": [{"type": "?"}]}
+        )
+        assert (r.status_code, r.json()["error"]["type"]) == (400, "InvalidMessageError")
+        assert r.json()["error"]["message"].startswith("content part 0: ")
+        # A session that is not there has nothing to edit: the store's answers, no 404.
+        assert http.post("/v1/sessions/s/pop-turn").json() == {"messages": []}
+        assert http.post("/v1/sessions/s/delete-messages", json={"ids": ["x"]}).json() == {
+            "deleted": 0
+        }
+        assert http.post("/v1/sessions/s/fork-session", json={"new_session_id": "n"}).json() == {
+            "copied": 0
+        }
+        r = http.post("/v1/sessions/s/fork-session", json={"new_session_id": "n", "at": "x"})
+        assert (r.status_code, r.json()["error"]["type"]) == (404, "MessageNotFoundError")
+        assert http.get("/v1/sessions").json()["sessions"] == []
+
+
 def test_zerda_format_appends_store_exactly_what_is_sent(keyed_server: Live) -> None:
     key, tenant = new_key(keyed_server)
     with keyed_server.client(key) as http:
@@ -532,6 +602,10 @@ def test_the_description_names_every_route_and_method() -> None:
         ("/v1/sessions/purge-expired", "post"),
         ("/v1/sessions/{session_id}/tail", "get"),
         ("/v1/sessions/{session_id}/compare-and-set", "post"),
+        ("/v1/sessions/{session_id}/delete-messages", "post"),
+        ("/v1/sessions/{session_id}/pop-turn", "post"),
+        ("/v1/sessions/{session_id}/fork-session", "post"),
+        ("/v1/sessions/{session_id}/edit-message", "post"),
     }
     for path, method in served:
         assert method in documented.get(path, {}), f"{method.upper()} {path} is not documented"

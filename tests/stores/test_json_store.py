@@ -4,6 +4,7 @@ crashes, several stores and processes over one file)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 import os
@@ -34,10 +35,13 @@ from zerda.errors import (
     ConfigurationError,
     CorruptDataError,
     InvalidMessageError,
+    MessageNotFoundError,
+    SessionExistsError,
     StoreUnavailableError,
 )
 from zerda.memory import ConversationBufferWindowMemory, ConversationTokenBufferMemory
 from zerda.messages import Message, Role, ToolCall
+from zerda.parts import ImagePart, TextPart
 from zerda.stores import AsyncStore, InMemoryStore, JSONFileStore, Store, Tail
 from zerda.tokens import CallableCounter
 
@@ -264,6 +268,48 @@ def test_it_is_a_sync_and_an_async_store(path: Path) -> None:
 
     assert asyncio.run(main()) == [Message(Role.USER, "hi")]
     assert JSONFileStore(path).get_metadata("s") == {"k": 1}
+
+
+def test_edits_are_written_to_the_file_and_an_empty_store_creates_nothing(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    path = tmp_path / "not" / "chats.json"
+    store = JSONFileStore(path, ttl=100, max_messages=8, clock=clock)
+    assert store.delete_messages("s", ["x"]) == 0
+    assert store.pop_turn("s") == []
+    assert store.fork("s", "t") == 0
+    for edit in (lambda: store.edit_message("s", "x", "y"), lambda: store.fork("s", "t", "x")):
+        with pytest.raises(MessageNotFoundError):
+            edit()
+    assert not (tmp_path / "not").exists()
+    reference = InMemoryStore(ttl=100, max_messages=8, clock=clock)
+    ids = (f"m{n}" for n in range(100))
+    for batch, tokens in RICH_BATCHES:  # retention drops the greeting, m1
+        clock.advance(1)
+        ided = [dataclasses.replace(m, id=next(ids)) for m in batch]
+        for s in (store, reference):
+            s.append("s", ided, tokens)
+    parts = (TextPart("see"), ImagePart("https://example.com/a.png"))
+    for edit, outcome in [
+        (lambda s: s.delete_messages("s", ["m5", "m4", "nope"]), 2),
+        (lambda s: s.edit_message("s", "m7", parts).content, parts),
+        (lambda s: s.fork("s", "t", "m9"), 7),
+        (lambda s: [m.id for m in s.pop_turn("s")], ["m11", "m12"]),
+        (lambda s: s.edit_message("t", "m3", None).content, None),
+        (lambda s: s.delete_messages("t", ["m2"]), 1),
+    ]:
+        clock.advance(1)
+        assert edit(store) == edit(reference) == outcome
+        reopened = JSONFileStore(path, ttl=100, max_messages=8, clock=clock)
+        for session_id in ("s", "t"):
+            assert reads(reopened, session_id) == reads(reference, session_id)
+            assert reads(store, session_id) == reads(reference, session_id)
+    # An edit that changes nothing leaves the file as it is.
+    before = path.stat()
+    assert store.delete_messages("s", ["nope"]) == 0
+    with pytest.raises(SessionExistsError):
+        store.fork("s", "t")
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
 
 # -- behaving exactly like InMemoryStore, whatever happens and whenever the file is reopened ------

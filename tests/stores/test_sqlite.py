@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import signal
 import sqlite3
@@ -19,7 +20,15 @@ import pytest
 import zerda.stores._sqlite as sqlite_module
 from _conversations import conversation
 from _processes import run_processes
-from stores.contract import AsyncStoreContract, StoreContract
+from stores.contract import (
+    AsyncStoreContract,
+    FakeClock,
+    StoreContract,
+    assert_same_tail,
+    assistant,
+    system,
+    user,
+)
 from zerda import ApproxCounter
 from zerda.errors import (
     ConfigurationError,
@@ -32,6 +41,7 @@ from zerda.messages import Message, Role
 from zerda.stores import (
     AsyncSQLiteStore,
     AsyncStore,
+    InMemoryStore,
     SQLiteStore,
     Store,
 )
@@ -306,6 +316,81 @@ def test_tail_work_does_not_grow_with_the_session_or_the_file(tmp_path: Path) ->
     assert whole > 50 * vm_steps(small, lambda: small.tail("s", 5))
     small.close()
     big.close()
+
+
+# -- editing the log (issue #16) -------------------------------------------------------------------
+
+
+def test_edits_after_retention_trimmed_behave_like_the_in_memory_store(tmp_path: Path) -> None:
+    """Retention keeps system messages ahead of the log it trimmed (``system_trimmed``); an
+    edit puts them back into the log, as InMemoryStore's rebuild does, so that later trims
+    agree. A session left with no turn numbers the next one as a new session would."""
+    clock = FakeClock()
+    reference = InMemoryStore(max_messages=3, clock=clock)
+    store = SQLiteStore(tmp_path / "s.db", max_messages=3, clock=clock)
+    log = [
+        system("s0", id="s0"),
+        user("q1", id="u1"),
+        assistant("a1", id="a1"),
+        system("s1", id="s1"),
+        user("q2", id="u2"),
+        assistant("a2", id="a2"),
+        user("q3", id="u3"),
+        assistant("a3", id="a3"),
+    ]
+    later = [
+        user("q4", id="u4"),
+        assistant("a4", id="a4"),
+        user("q5", id="u5"),
+        assistant("welcome", id="g"),
+        user("q6", id="u6"),
+        assistant("a6", id="a6"),
+    ]
+    steps: list[Callable[[Any], object]] = [
+        lambda s: s.append("s", log, {"c": list(range(1, 9))}),  # trims s0 and s1 away
+        lambda s: s.edit_message("s", "s0", "s0, edited"),
+        lambda s: s.append("s", later[:1], {"c": [9]}),
+        lambda s: s.delete_messages("s", ["u3", "s1"]),  # one of them trimmed
+        lambda s: s.append("s", later[1:3]),
+        lambda s: s.delete_messages("s", ["a3", "u4", "a4", "u5"]),  # every turn
+        lambda s: s.append("s", later[3:4]),  # a turn of its own
+        lambda s: s.fork("s", "f"),
+        lambda s: s.pop_turn("s"),
+        lambda s: s.append("f", later[4:]),
+    ]
+    for n, step in enumerate(steps):
+        clock.advance(1)
+        assert step(store) == step(reference), n
+        for sid in ("s", "f"):
+            assert store.history(sid) == reference.history(sid), (n, sid)
+            for turns in (None, 1):
+                assert_same_tail(store.tail(sid, turns, "c"), reference.tail(sid, turns, "c"))
+        assert store.list_sessions() == reference.list_sessions(), n
+    store.close()
+
+
+def test_an_edit_near_the_end_of_a_long_session_does_work_for_what_follows(
+    tmp_path: Path,
+) -> None:
+    """Deleting, popping and editing at the end of a session rewrite the rows from the edit
+    on, not the session: the same SQLite work for 60 messages as for 6,000."""
+
+    def steps(turns: int) -> list[int]:
+        store = SQLiteStore(tmp_path / f"{turns}.db")
+        log = [dataclasses.replace(m, id=f"m{i}") for i, m in enumerate(conversation(turns))]
+        store.append("s", log)
+        edits: list[Callable[[], object]] = [
+            lambda: store.delete_messages("s", [log[-3].id or ""]),
+            lambda: store.pop_turn("s"),
+            lambda: store.edit_message("s", log[-6].id or "", "changed"),
+        ]
+        out = [vm_steps(store, edit) for edit in edits]
+        store.close()
+        return out
+
+    small, big = steps(20), steps(2000)
+    for a, b in zip(small, big, strict=True):
+        assert b <= a + 20, (small, big)
 
 
 # -- persistence: a restart, a second worker -----------------------------------------------------

@@ -18,7 +18,17 @@ from typing import Any, TextIO
 from zerda import formats
 from zerda.cli import _replay
 from zerda.cli._jsonl import MAX_PROBLEMS, Parsed, parse_jsonl
-from zerda.cli._render import brief, clip, local_time, plural, size, table, terminal_width
+from zerda.cli._render import (
+    SHORT_ID,
+    brief,
+    clip,
+    local_time,
+    plural,
+    short_id,
+    size,
+    table,
+    terminal_width,
+)
 from zerda.cli._serve import cmd_keys, cmd_mcp, cmd_serve
 from zerda.errors import ContextOverflowError, InvalidSessionIdError, ZerdaError
 from zerda.memory import (
@@ -27,6 +37,7 @@ from zerda.memory import (
     ConversationBufferWindowMemory,
     ConversationTokenBufferMemory,
 )
+from zerda.memory._record import SUMMARY_KEY
 from zerda.messages import Message, Role, group_turns, stamp_batch
 from zerda.stores._base import (
     KEY_SESSION_PREFIX,
@@ -283,15 +294,36 @@ def _context(store: Store, args: argparse.Namespace, counter: TokenCounter) -> _
     return _View(tail.total_messages, tail.total_turns, system, turns, settings, context)
 
 
-def _print_rows(ctx: Context, rows: Sequence[_Row], token_width: int, width: int) -> None:
+def _shown_id(message: Message, whole: bool) -> str:
+    return (message.id or "-") if whole else short_id(message.id)
+
+
+def _print_rows(
+    ctx: Context, rows: Sequence[_Row], token_width: int, width: int, id_width: int, whole: bool
+) -> None:
     # Cut long texts to the terminal, but always leave some of the text to read.
-    width = max(width, 2 + 9 + 2 + token_width + 2 + 20)
+    width = max(width, 2 + id_width + 2 + 9 + 2 + token_width + 2 + 20)
     for r in rows:
-        line = f"  {r.message.role.value:<9}  {r.tokens:>{token_width}}  {brief(r.message)}"
+        shown = _shown_id(r.message, whole)
+        line = (
+            f"  {shown:<{id_width}}  {r.message.role.value:<9}  {r.tokens:>{token_width}}  "
+            f"{brief(r.message)}"
+        )
         print(clip(line, width), file=ctx.out)
 
 
-def _print_view(ctx: Context, session_id: str, view: _View, counter: TokenCounter) -> None:
+def _print_messages(ctx: Context, messages: Sequence[Message]) -> None:
+    """Messages as ``zerda show`` prints them (short ids), without token counts."""
+    id_width = max((len(short_id(m.id)) for m in messages), default=1)
+    width = max(terminal_width(), 2 + id_width + 2 + 9 + 2 + 20)
+    for m in messages:
+        line = f"  {short_id(m.id):<{id_width}}  {m.role.value:<9}  {brief(m)}"
+        print(clip(line, width), file=ctx.out)
+
+
+def _print_view(
+    ctx: Context, session_id: str, view: _View, counter: TokenCounter, whole_ids: bool
+) -> None:
     out = ctx.out
     settings = view.context
     counted = f"tokens by {counter.name}"
@@ -306,6 +338,7 @@ def _print_view(ctx: Context, session_id: str, view: _View, counter: TokenCounte
         print(f"Session {session_id}: what the model sees with {limit} ({counted})", file=out)
     all_rows = [*view.system, *(r for t in view.turns for r in t.rows)]
     token_width = max((len(str(r.tokens)) for r in all_rows), default=1)
+    id_width = max((len(_shown_id(r.message, whole_ids)) for r in all_rows), default=1)
     width = terminal_width()
     if view.system:
         print(file=out)
@@ -313,7 +346,7 @@ def _print_view(ctx: Context, session_id: str, view: _View, counter: TokenCounte
         roles = sorted({r.message.role.value for r in view.system}, reverse=True)
         which = " and ".join(roles).capitalize()  # System, Developer, System and developer
         print(f"{which} messages (pinned, sent first): {tokens} tokens", file=out)
-        _print_rows(ctx, view.system, token_width, width)
+        _print_rows(ctx, view.system, token_width, width, id_width, whole_ids)
     for turn in view.turns:
         print(file=out)
         when = f", {local_time(turn.started_at)}" if turn.started_at is not None else ""
@@ -323,7 +356,7 @@ def _print_view(ctx: Context, session_id: str, view: _View, counter: TokenCounte
             f"{plural(len(turn.rows), 'message')}, {plural(turn.tokens, 'token')}{cut}",
             file=out,
         )
-        _print_rows(ctx, turn.rows, token_width, width)
+        _print_rows(ctx, turn.rows, token_width, width, id_width, whole_ids)
     if not view.system and not view.turns:
         print("\nNo messages.", file=out)
     if settings is not None:
@@ -403,7 +436,7 @@ def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     assert view is not None  # no --format: a view was read
     if not ctx.json:
-        _print_view(ctx, args.session, view, counter)
+        _print_view(ctx, args.session, view, counter, args.ids)
         return 0
     result: dict[str, Any] = {
         "session_id": args.session,
@@ -818,6 +851,8 @@ def cmd_stats(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_rm(args: argparse.Namespace, ctx: Context) -> int:
+    if args.messages:
+        return _rm_messages(args, ctx)
     with _reading(ctx) as opened:
         store = _require(opened, ctx, args.session)
         before = store.tail(args.session, 0)
@@ -839,6 +874,229 @@ def cmd_rm(args: argparse.Namespace, ctx: Context) -> int:
             f"{plural(before.total_turns, 'turn')}, and its metadata.",
             file=ctx.out,
         )
+    return 0
+
+
+# -- editing: rm --message, pop, edit, fork --------------------------------------------------
+
+
+def _editor(store: Store, session_id: str) -> BaseMemory[Any]:
+    """The memory that edits a session, so that the memories' rules apply: a deleted call
+    takes its results with it, and a summary that covered what an edit changes is dropped
+    (every memory does that; a summary memory folds the turns again on its next write)."""
+    return ConversationBufferMemory(store=store, session_id=session_id)
+
+
+def _summary_text(store: Store, session_id: str) -> str:
+    raw = store.get_metadata(session_id).get(SUMMARY_KEY)
+    text = raw.get("text") if isinstance(raw, dict) else None
+    return text if isinstance(text, str) else ""
+
+
+def _resolve(
+    session_id: str, history: Sequence[Message], given: Sequence[str], nothing: str
+) -> list[str]:
+    """The whole ids of the messages ``given`` names, each named by its whole id or by the
+    end ``zerda show`` prints (at least :data:`SHORT_ID` characters that end one id of the
+    session only); else one error for every id that names none, and ``nothing`` was done."""
+    ids = [m.id for m in history if m.id is not None]
+    held = set(ids)
+    found: list[str] = []
+    unknown: list[str] = []
+    ambiguous: list[str] = []
+    for wanted in dict.fromkeys(given):
+        if wanted in held:
+            found.append(wanted)
+            continue
+        ends = [i for i in ids if i.endswith(wanted)] if len(wanted) >= SHORT_ID else []
+        if len(ends) == 1:
+            found.append(ends[0])
+        else:
+            (ambiguous if ends else unknown).append(wanted)
+    problems = []
+    if unknown:
+        names = ", ".join(repr(clip(u, 80)) for u in unknown)
+        noun = "message" if len(unknown) == 1 else "messages"
+        problems.append(f"session {session_id!r} holds no {noun} {names}")
+    if ambiguous:
+        names = ", ".join(repr(a) for a in ambiguous)
+        problems.append(f"more than one id of session {session_id!r} ends with {names}")
+    if problems:
+        raise ZerdaError(
+            f"{'; '.join(problems)}; nothing {nothing} ('zerda show {session_id} --ids' "
+            "prints the whole ids)"
+        )
+    return list(dict.fromkeys(found))
+
+
+def _with_results(history: Sequence[Message], ids: Sequence[str]) -> tuple[list[Message], int]:
+    """The messages deleting ``ids`` deletes, in log order: those, and the tool results of
+    the calls they make; and how many of them are such results, not named."""
+    named = set(ids)
+    calls = {c.id for m in history if m.id in named for c in m.tool_calls}
+    gone = [
+        m
+        for m in history
+        if m.id in named or (m.role is Role.TOOL and m.tool_call_id in calls and m.id is not None)
+    ]
+    return gone, sum(m.id not in named for m in gone)
+
+
+def _left(ctx: Context, session_id: str, after: Tail, summary_dropped: bool) -> None:
+    """The lines after an edit: what the session holds now, and whether its summary went."""
+    print(
+        f"Session {session_id} now holds {plural(after.total_messages, 'message')} in "
+        f"{plural(after.total_turns, 'turn')}.",
+        file=ctx.out,
+    )
+    if summary_dropped:
+        print(
+            "Its summary covered what changed: it is dropped, and a summary memory folds the "
+            "turns again on its next write.",
+            file=ctx.out,
+        )
+
+
+def _rm_messages(args: argparse.Namespace, ctx: Context) -> int:
+    session = args.session
+    with _reading(ctx) as opened:
+        store = _require(opened, ctx, session)
+        history = store.history(session)
+        named = _resolve(session, history, args.messages, "deleted")
+        gone, results = _with_results(history, named)
+        summary = _summary_text(store, session)
+        deleted = _editor(store, session).delete_messages(named)
+        after = store.tail(session, 0)
+        dropped = bool(summary) and not _summary_text(store, session)
+    if ctx.json:
+        _emit_json(
+            ctx,
+            {
+                "session_id": session,
+                "deleted": deleted,
+                "named": named,
+                "tool_results": results,
+                "messages": [m.to_dict() for m in gone],
+                "summary_dropped": dropped,
+                "session_messages": after.total_messages,
+                "session_turns": after.total_turns,
+            },
+        )
+        return 0
+    went = f" ({plural(results, 'tool result')} of a deleted call went with it)" if results else ""
+    print(f"Deleted {plural(deleted, 'message')} from session {session}{went}:", file=ctx.out)
+    _print_messages(ctx, gone)
+    _left(ctx, session, after, dropped)
+    return 0
+
+
+def cmd_pop(args: argparse.Namespace, ctx: Context) -> int:
+    session = args.session
+    with _reading(ctx) as opened:
+        store = _require(opened, ctx, session)
+        summary = _summary_text(store, session)
+        before = store.tail(session, 0)
+        turn = _editor(store, session).pop_turn()
+        if turn is None:
+            held = before.total_messages
+            what = (
+                f"only {plural(held, 'system or developer message')}, which belong to no turn"
+                if held
+                else "only metadata"
+            )
+            raise ZerdaError(f"nothing to pop: session {session!r} holds no turn, {what}")
+        after = store.tail(session, 0)
+        dropped = bool(summary) and not _summary_text(store, session)
+    number = after.total_turns + 1  # the newest turn was the one after those left
+    if ctx.json:
+        _emit_json(
+            ctx,
+            {
+                "session_id": session,
+                "turn": number,
+                "messages": [m.to_dict() for m in turn.messages],
+                "summary_dropped": dropped,
+                "session_messages": after.total_messages,
+                "session_turns": after.total_turns,
+            },
+        )
+        return 0
+    print(
+        f"Popped turn {number} from session {session}: {plural(len(turn.messages), 'message')}.",
+        file=ctx.out,
+    )
+    _print_messages(ctx, turn.messages)
+    _left(ctx, session, after, dropped)
+    return 0
+
+
+def _content(value: str) -> str:
+    """The text of ``--content``: ``-`` reads standard input (UTF-8), less one final newline."""
+    if value != "-":
+        return value
+    data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ZerdaError(
+            f"standard input is not UTF-8 text ({exc.reason} at byte {exc.start}); nothing changed"
+        ) from None
+    return text.removesuffix("\n").removesuffix("\r")
+
+
+def cmd_edit(args: argparse.Namespace, ctx: Context) -> int:
+    session = args.session
+    content = _content(args.content)
+    with _reading(ctx) as opened:
+        store = _require(opened, ctx, session)
+        (message_id,) = _resolve(session, store.history(session), [args.message], "changed")
+        summary = _summary_text(store, session)
+        message = _editor(store, session).edit_message(message_id, content)
+        dropped = bool(summary) and not _summary_text(store, session)
+    if ctx.json:
+        _emit_json(
+            ctx,
+            {"session_id": session, "message": message.to_dict(), "summary_dropped": dropped},
+        )
+        return 0
+    print(f"Edited message {short_id(message_id)} of session {session}:", file=ctx.out)
+    _print_messages(ctx, [message])
+    if dropped:
+        print(
+            "The session's summary covered it: it is dropped, and a summary memory folds the "
+            "turns again on its next write.",
+            file=ctx.out,
+        )
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace, ctx: Context) -> int:
+    session, new = args.session, args.new
+    with _reading(ctx) as opened:
+        store = _require(opened, ctx, session)
+        at = None
+        if args.at is not None:
+            (at,) = _resolve(session, store.history(session), [args.at], "forked")
+        _editor(store, session).fork(new, at)
+        after = store.tail(new, 0)
+    if ctx.json:
+        _emit_json(
+            ctx,
+            {
+                "session_id": session,
+                "new_session_id": new,
+                "at": at,
+                "message_count": after.total_messages,
+                "turn_count": after.total_turns,
+            },
+        )
+        return 0
+    upto = f", up to and including message {short_id(at)}" if at is not None else ""
+    print(
+        f"Forked session {session} into {new}{upto}: {new} holds "
+        f"{plural(after.total_messages, 'message')} in {plural(after.total_turns, 'turn')}.",
+        file=ctx.out,
+    )
     return 0
 
 
@@ -915,6 +1173,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "import": cmd_import,
     "stats": cmd_stats,
     "rm": cmd_rm,
+    "pop": cmd_pop,
+    "edit": cmd_edit,
+    "fork": cmd_fork,
     "migrate": cmd_migrate,
     "replay": cmd_replay,
     "serve": cmd_serve,

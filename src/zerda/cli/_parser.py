@@ -20,8 +20,9 @@ DEFAULT_FILE = Path("zerda") / "zerda.sqlite3"
 
 DESCRIPTION = """\
 Look inside a Zerda store: list its sessions, show what was said and what the model
-would see, import and export conversations as JSONL. Replay a conversation log through
-a memory to see what each turn would send."""
+would see, import and export conversations as JSONL. Edit a session: delete or edit
+messages, pop its newest turn, fork it. Replay a conversation log through a memory to
+see what each turn would send."""
 
 EPILOG = """\
 the database:
@@ -38,6 +39,9 @@ examples:
   zerda show ada --context --token-limit 2000
   zerda show ada --context --token-limit 2000 --format anthropic
   zerda export ada -o ada.jsonl
+  zerda show ada --ids
+  zerda rm ada --message 0c6f2a91
+  zerda fork ada ada-2 --at 0c6f2a8e
   zerda replay chat.jsonl --token-limit 1000,2000,4000 --plot tokens.png
   zerda --db ./chats.sqlite3 stats --json
   zerda migrate --db postgresql://zerda@db.internal/chats
@@ -181,9 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
         "With --format, print the request a provider would be sent instead, as JSON: the\n"
         "context (with --context) or every turn (as ConversationBufferMemory sends them),\n"
         "repaired, in OpenAI Chat's messages, OpenAI Responses' input items, Anthropic's\n"
-        "system and messages, or Gemini's system_instruction and contents.",
+        "system and messages, or Gemini's system_instruction and contents.\n\n"
+        "Each message's line starts with the last 8 characters of its id, which the\n"
+        "editing commands (rm --message, edit, fork --at) accept as they do the whole id;\n"
+        "--ids prints whole ids, and --json always has them.",
     )
     show.add_argument("session", metavar="SESSION", type=_session_id, help="the session id")
+    show.add_argument(
+        "--ids",
+        action="store_true",
+        help="print whole message ids (default: their last 8 characters)",
+    )
     show.add_argument(
         "--context",
         action="store_true",
@@ -289,10 +301,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     rm = command(
         "rm",
-        "delete a session",
-        "Delete a session: its messages and its metadata. Prints what it removed.",
+        "delete a session, or messages of it (--message)",
+        "Delete a session: its messages and its metadata. Prints what it removed.\n\n"
+        "With --message, delete only the messages named, by id, as one atomic step: an\n"
+        "assistant message's tool calls take their results with them, and a summary in the\n"
+        "session's metadata that covered a deleted message is dropped. An id the session does\n"
+        "not hold is an error, and then nothing is deleted.",
+    )
+    rm.epilog = (
+        f"{_IDS}\n\nexamples:\n  zerda rm ada\n  zerda rm ada --message 0c6f2a91 --message 0c6f2a93"
     )
     rm.add_argument("session", metavar="SESSION", type=_session_id, help="the session id")
+    rm.add_argument(
+        "--message",
+        dest="messages",
+        metavar="ID",
+        action="append",
+        help="delete this message, not the session (repeat for more)",
+    )
+    _editing_commands(command)
 
     command(
         "migrate",
@@ -306,6 +333,62 @@ def build_parser() -> argparse.ArgumentParser:
     _replay_command(commands)
     _serve_commands(command, common)
     return parser
+
+
+_IDS = (
+    "message ids: a whole id, or the last 8 (or more) characters of one, as 'zerda show'\n"
+    "prints them, when no other id of the session ends with them."
+)
+
+
+def _editing_commands(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
+    pop = command(
+        "pop",
+        "remove a session's newest turn",
+        "Remove the newest turn of a session (its user message and everything after it) as\n"
+        "one atomic step, and print what was removed. System and developer messages stay:\n"
+        "they belong to no turn. A summary that covered the turn is dropped.",
+    )
+    pop.add_argument("session", metavar="SESSION", type=_session_id, help="the session id")
+
+    edit = command(
+        "edit",
+        "replace a message's content",
+        "Replace the content of one message with text; its id, role, place and the rest\n"
+        "stay, and its metadata records edited_at. A summary that covered it is dropped.\n"
+        "Prints the message as it now is.",
+    )
+    edit.epilog = (
+        f"{_IDS}\n\n"
+        "examples:\n"
+        "  zerda edit ada 0c6f2a90 --content 'A flat white, please.'\n"
+        "  zerda edit ada 0c6f2a90 --content - < question.txt"
+    )
+    edit.add_argument("session", metavar="SESSION", type=_session_id, help="the session id")
+    edit.add_argument("message", metavar="ID", help="the message's id")
+    edit.add_argument(
+        "--content",
+        metavar="TEXT",
+        required=True,
+        help="the new content; - reads it from standard input (UTF-8, one final newline dropped)",
+    )
+
+    fork = command(
+        "fork",
+        "copy a session into a new one, whole or up to a message (--at)",
+        "Copy a session's log, up to and including the message --at names (default: all of\n"
+        "it), with its token counts and metadata, into a new session; the session itself is\n"
+        "unchanged. NEW must not exist yet. The new session keeps the summary only if it\n"
+        "covers nothing past --at.",
+    )
+    fork.epilog = (
+        f"{_IDS}\n\nexamples:\n  zerda fork ada ada-backup\n  zerda fork ada ada-2 --at 0c6f2a8e"
+    )
+    fork.add_argument("session", metavar="SESSION", type=_session_id, help="the session id")
+    fork.add_argument("new", metavar="NEW", type=_session_id, help="the new session's id")
+    fork.add_argument(
+        "--at", metavar="ID", help="copy up to and including this message (default: all)"
+    )
 
 
 def _port(value: str) -> int:

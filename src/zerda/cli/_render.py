@@ -10,7 +10,21 @@ from zerda._media import audio_length, decoded_size, image_size, split_data_url
 from zerda.messages import Message, Role
 from zerda.parts import AudioPart, FilePart, ImagePart, Part, ReasoningPart, TextPart
 
-__all__ = ["brief", "clip", "describe", "local_time", "plural", "size", "table", "terminal_width"]
+__all__ = [
+    "SHORT_ID",
+    "brief",
+    "clip",
+    "describe",
+    "local_time",
+    "plural",
+    "short_id",
+    "size",
+    "table",
+    "terminal_width",
+]
+
+SHORT_ID = 8
+"""How many of an id's last characters ``zerda show`` prints (``--ids``: all of them)."""
 
 
 def table(rows: Sequence[Sequence[object]], align: str, indent: str = "") -> list[str]:
@@ -69,6 +83,13 @@ def clip(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     return text[: max(width - 3, 0)] + "..."
+
+
+def short_id(message_id: str | None) -> str:
+    """A message id as ``zerda show`` prints it: its last :data:`SHORT_ID` characters, the
+    random end of the UUIDs memories stamp (ids stamped together share their start), or the
+    whole id when it is no longer; ``-`` for a message without one."""
+    return "-" if message_id is None else message_id[-SHORT_ID:]
 
 
 def brief(message: Message) -> str:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import bisect
+import copy
 import dataclasses
 import functools
 import inspect
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from zerda.errors import (
     ConfigurationError,
@@ -19,9 +20,23 @@ from zerda.errors import (
     warn,
 )
 from zerda.memory import _observe
-from zerda.memory._flow import Append, DeleteSession, Flow, History, ReadTail, adrive, drive
+from zerda.memory._flow import (
+    Append,
+    DeleteMessages,
+    DeleteSession,
+    EditMessage,
+    Flow,
+    Fork,
+    History,
+    PopTurn,
+    ReadTail,
+    adrive,
+    drive,
+)
+from zerda.memory._record import drop_summary_past, forget_summary
 from zerda.memory._stats import MemoryStats
-from zerda.messages import Message, Role, Turn, group_turns, stamp_batch, stamped_batch
+from zerda.messages import PINNED, Message, Role, Turn, group_turns, stamp_batch, stamped_batch
+from zerda.parts import Part
 from zerda.policies import REPAIRS, call_ids, repair
 from zerda.stores._base import (
     AsyncOverThread,
@@ -30,9 +45,13 @@ from zerda.stores._base import (
     Store,
     Tail,
     TokenCounts,
+    check_ids,
     check_session_id,
 )
 from zerda.stores._memory import InMemoryStore
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 T = TypeVar("T")
 StatsT = TypeVar("StatsT", bound=MemoryStats)
@@ -224,9 +243,11 @@ class BaseMemory(ABC, Generic[StatsT]):
     _type_name: ClassVar[str] = "BaseMemory"
     # How many of the newest turns the next read asks for (None: all); views update it.
     _turns_hint: int | None = None
-    # (session, first turn, message id, call ids): the tail from that turn to that message is
-    # valid, and its calls use those ids (and perhaps ids of older messages: a superset).
-    _valid_mark: tuple[str, int, str, frozenset[str]] | None = None
+    # (session, first turn, message id, call ids, place): the tail from that turn to that
+    # message is valid, and its calls use those ids (and perhaps ids of older messages: a
+    # superset); ``place`` is the message's place among the session's non-system messages,
+    # which a deletion before it (by any worker) changes.
+    _valid_mark: tuple[str, int, str, frozenset[str], int] | None = None
 
     @legacy_positional("return_messages", "input_key", "output_key", "memory_key")
     def __init__(
@@ -315,7 +336,8 @@ class BaseMemory(ABC, Generic[StatsT]):
                     # result): the rest left the tail. Start again from the tail's own, so
                     # that the set stays as small as the tail, not as the session.
                     ids = call_ids(messages)
-                self._valid_mark = (self.session_id, first_turn, messages[-1].id, ids)
+                place = _non_system_total(tail) - 1
+                self._valid_mark = (self.session_id, first_turn, messages[-1].id, ids, place)
             return tail, []
         repaired = dataclasses.replace(
             tail, messages=fixed.messages, turn_starts=fixed.turn_starts, tokens=fixed.tokens
@@ -334,12 +356,17 @@ class BaseMemory(ABC, Generic[StatsT]):
         low = max(len(messages) - _LOOK_BACK, 0)
         # Most often a whole turn came since: the marked message ends the turn before it.
         starts = tail.turn_starts
+        found = None
         if starts and starts[-1] > low and messages[starts[-1] - 1].id == marked:
-            return starts[-1], mark[3]
-        for i in range(len(messages) - 1, low - 1, -1):
-            if messages[i].id == marked:
-                return i + 1, mark[3]
-        return 0, frozenset()
+            found = starts[-1] - 1
+        else:
+            found = next(
+                (i for i in range(len(messages) - 1, low - 1, -1) if messages[i].id == marked), None
+            )
+        # A message deleted before it since (by any worker) moves it: check all again.
+        if found is None or _non_system_total(tail) - (len(messages) - found) != mark[4]:
+            return 0, frozenset()
+        return found + 1, mark[3]
 
     def _checked(self, view: _View) -> _View:
         """``view``, refusing in ``strict`` mode a context that needed repairs."""
@@ -402,6 +429,77 @@ class BaseMemory(ABC, Generic[StatsT]):
     def _clear_flow(self) -> Flow[None]:
         self._valid_mark = None
         yield DeleteSession(self.session_id)
+
+    # -- editing the log (DESIGN.md section 10): the store edits it in one atomic step; what
+    #    a summary made of the edited turns is forgotten after (summary memories) ----------
+
+    def _forget_flow(self, first_turn: int, rebuild: bool) -> Flow[None]:
+        """Forget what was derived from turns ``first_turn`` on, which an edit changed: a
+        summary of the session that covers them (whichever memory made it), so that the
+        removed text is in no later context. Summary memories also fold again at once with
+        ``rebuild``; the others fold nothing."""
+        if (yield from forget_summary(self.session_id, first_turn, mark_absent=False)):
+            self._log_dropped(first_turn)
+
+    def _log_dropped(self, first_turn: int) -> None:
+        log.info(
+            "summary dropped: session=%r memory=%s: an edit changed turn %d, which it "
+            "covered; a summary memory folds the turns again on its next write",
+            self.session_id,
+            self._type_name,
+            first_turn,
+        )
+
+    def _pop_flow(self, rebuild: bool) -> Flow[Turn | None]:
+        popped: list[Message] = yield PopTurn(self.session_id)
+        self._valid_mark = None
+        if not popped:
+            return None
+        left: Tail = yield ReadTail(self.session_id, 0, None)
+        yield from self._forget_flow(left.total_turns, rebuild)  # the popped turn came after
+        return Turn(tuple(popped))
+
+    def _delete_flow(self, ids: Collection[str], rebuild: bool) -> Flow[int]:
+        wanted = set(check_ids(ids))
+        history: list[Message] = yield History(self.session_id)
+        # The results of a deleted message's calls go with it: a result alone means nothing.
+        calls = {c.id for m in history if m.id in wanted for c in m.tool_calls}
+        wanted.update(
+            m.id
+            for m in history
+            if m.role is Role.TOOL and m.tool_call_id in calls and m.id is not None
+        )
+        first = _first_turn_of(history, wanted)
+        deleted: int = yield DeleteMessages(self.session_id, sorted(wanted))
+        self._valid_mark = None
+        if deleted and first is not None:
+            yield from self._forget_flow(first, rebuild)
+        return deleted
+
+    def _edit_flow(
+        self, message_id: str, content: str | tuple[Part, ...] | None, rebuild: bool
+    ) -> Flow[Message]:
+        history: list[Message] = yield History(self.session_id)
+        first = _first_turn_of(history, {message_id})
+        message: Message = yield EditMessage(self.session_id, message_id, content)
+        if first is not None:
+            yield from self._forget_flow(first, rebuild)
+        return message
+
+    def _fork_flow(self, new_session_id: str, at: str | None) -> Flow[None]:
+        """Fork; the new session keeps the summary only if it covers no message past ``at``
+        (its turns all end before the fork's last turn, which ``at`` may cut short)."""
+        yield Fork(self.session_id, new_session_id, at)
+        if at is not None:
+            yield from drop_summary_past(new_session_id)
+
+    def _forked(self, new_session_id: str) -> Self:
+        """A memory of the same kind and settings on ``new_session_id``, with none of this
+        one's per-session state."""
+        clone = copy.copy(self)
+        clone.session_id = new_session_id
+        clone._valid_mark = None
+        return clone
 
     # -- the drivers: sync calls need a sync store; async calls are native over an async
     #    store and run in a worker thread over a sync one ---------------------------------------
@@ -587,6 +685,39 @@ class BaseMemory(ABC, Generic[StatsT]):
         """Forget the session: every message and its metadata, system messages included."""
         self._run(self._clear_flow())
 
+    # -- editing and branching --------------------------------------------------------------------
+
+    def pop_turn(self, *, rebuild: bool = False) -> Turn | None:
+        """Remove the newest turn from the store and return it (``None`` when there is none):
+        regenerate an answer, roll back a failed step. System messages stay.
+
+        Like every edit, it forgets a summary made of what it removed: the summary memories
+        drop it, and fold the turns again on the next write (``rebuild=True``: now)."""
+        return self._run(self._pop_flow(rebuild))
+
+    def delete_messages(self, ids: Collection[str], *, rebuild: bool = False) -> int:
+        """Delete messages by id; how many were deleted. Deleting an assistant message with
+        tool calls deletes their results too; deleting a result deletes nothing else (the
+        repair rules keep the context valid). A summary that covered a deleted message is
+        dropped (see :meth:`pop_turn`), so its text appears in no later context."""
+        return self._run(self._delete_flow(ids, rebuild))
+
+    def edit_message(
+        self, message_id: str, content: str | tuple[Part, ...] | None, *, rebuild: bool = False
+    ) -> Message:
+        """Replace a message's content, keeping its id, role and place; its metadata records
+        ``edited_at``. Returns the message as stored. A summary that covered it is dropped
+        (see :meth:`pop_turn`)."""
+        return self._run(self._edit_flow(message_id, content, rebuild))
+
+    def fork(self, new_session_id: str, at: str | None = None) -> Self:
+        """A memory of the same kind and settings on ``new_session_id``, holding this
+        session's log up to and including the message ``at`` (default: all of it); this
+        session is unchanged. :class:`~zerda.SessionExistsError` if the new session holds
+        anything."""
+        self._run(self._fork_flow(check_session_id(new_session_id), at))
+        return self._forked(new_session_id)
+
     # -- async twins: the same flows, driven by the async driver ----------------------------------
 
     async def aadd_message(self, message: MessageLike) -> Message:
@@ -632,10 +763,45 @@ class BaseMemory(ABC, Generic[StatsT]):
     async def aclear(self) -> None:
         await self._arun(self._clear_flow())
 
+    async def apop_turn(self, *, rebuild: bool = False) -> Turn | None:
+        return await self._arun(self._pop_flow(rebuild))
+
+    async def adelete_messages(self, ids: Collection[str], *, rebuild: bool = False) -> int:
+        return await self._arun(self._delete_flow(ids, rebuild))
+
+    async def aedit_message(
+        self, message_id: str, content: str | tuple[Part, ...] | None, *, rebuild: bool = False
+    ) -> Message:
+        return await self._arun(self._edit_flow(message_id, content, rebuild))
+
+    async def afork(self, new_session_id: str, at: str | None = None) -> Self:
+        await self._arun(self._fork_flow(check_session_id(new_session_id), at))
+        return self._forked(new_session_id)
+
     @property
     def memory_variables(self) -> list[str]:
         """The keys ``load_memory_variables`` returns (LangChain compatibility)."""
         return [self.memory_key]
+
+
+def _first_turn_of(history: Sequence[Message], ids: Collection[str]) -> int | None:
+    """The number of the first turn (counted from the session's first) holding a message of
+    ``ids`` (``None`` when none is in a turn: system messages belong to none)."""
+    turn = -1
+    for m in history:
+        if m.role in PINNED:
+            continue
+        if m.role is Role.USER or turn < 0:
+            turn += 1
+        if m.id in ids:
+            return turn
+    return None
+
+
+def _non_system_total(tail: Tail) -> int:
+    """How many of the session's stored messages are not pinned: the tail's messages are the
+    newest of them."""
+    return tail.total_messages - len(tail.system)
 
 
 def _more(turns: int | None) -> int | None:

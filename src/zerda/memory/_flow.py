@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from zerda.messages import Message
+from zerda.parts import Part
 from zerda.stores._base import AsyncStore, Store, Tail, TokenCounts
 from zerda.summarize import Summarizer, SummaryResult, arun_summarizer, run_summarizer
 
@@ -21,9 +22,13 @@ __all__ = [
     "Append",
     "AppendThenTail",
     "CompareAndSet",
+    "DeleteMessages",
     "DeleteSession",
+    "EditMessage",
     "Flow",
+    "Fork",
     "History",
+    "PopTurn",
     "ReadTail",
     "Request",
     "Summarize",
@@ -78,6 +83,63 @@ class Append:
 
     async def arun(self, store: AsyncStore) -> int:
         return await store.aappend(self.session_id, self.messages, self.tokens)
+
+
+@dataclass(slots=True)
+class DeleteMessages:
+    """Delete messages by id; how many were deleted."""
+
+    session_id: str
+    ids: Sequence[str]
+
+    def run(self, store: Store) -> int:
+        return store.delete_messages(self.session_id, self.ids)
+
+    async def arun(self, store: AsyncStore) -> int:
+        return await store.adelete_messages(self.session_id, self.ids)
+
+
+@dataclass(slots=True)
+class PopTurn:
+    """Remove the newest turn; its messages."""
+
+    session_id: str
+
+    def run(self, store: Store) -> list[Message]:
+        return store.pop_turn(self.session_id)
+
+    async def arun(self, store: AsyncStore) -> list[Message]:
+        return await store.apop_turn(self.session_id)
+
+
+@dataclass(slots=True)
+class Fork:
+    """Copy the log up to ``at`` into a new session; how many messages were copied."""
+
+    session_id: str
+    new_session_id: str
+    at: str | None
+
+    def run(self, store: Store) -> int:
+        return store.fork(self.session_id, self.new_session_id, self.at)
+
+    async def arun(self, store: AsyncStore) -> int:
+        return await store.afork(self.session_id, self.new_session_id, self.at)
+
+
+@dataclass(slots=True)
+class EditMessage:
+    """Replace one message's content; the message as stored."""
+
+    session_id: str
+    message_id: str
+    content: str | tuple[Part, ...] | None
+
+    def run(self, store: Store) -> Message:
+        return store.edit_message(self.session_id, self.message_id, self.content)
+
+    async def arun(self, store: AsyncStore) -> Message:
+        return await store.aedit_message(self.session_id, self.message_id, self.content)
 
 
 @dataclass(slots=True)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from zerda.errors import ConfigurationError, ContextOverflowError, SummarizerError
 from zerda.memory._base import _DEFAULT_SESSION, Tools, _View, legacy_positional
 from zerda.memory._flow import AppendThenTail, CompareAndSet, Flow, ReadTail, Summarize
 from zerda.memory._observe import log
+from zerda.memory._record import SUMMARY_KEY, Stored, forget_summary
 from zerda.memory._stats import SummaryMemoryStats
 from zerda.memory._token import ConversationTokenBufferMemory
 from zerda.messages import Message, Role, group_turns
@@ -21,39 +20,16 @@ from zerda.stores._base import AsyncStore, Store, Tail
 from zerda.summarize import ExtractiveSummarizer, Summarizer, SummaryResult
 from zerda.tokens import TokenCounterLike
 
-__all__ = ["ConversationSummaryBufferMemory", "ConversationSummaryMemory"]
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
-SUMMARY_KEY = "zerda.summary"
-"""The session metadata key holding ``{"text", "turns", "updated_at"}``: the summary and how
-many turns, counted from the session's first, it covers (its watermark)."""
+__all__ = ["ConversationSummaryBufferMemory", "ConversationSummaryMemory"]
 
 DEFAULT_PREFIX = "Summary of the earlier conversation:\n"
 # ConversationSummaryMemory's default budget: none to speak of (the summary bounds it).
 _UNBOUNDED = sys.maxsize // 2
 # The default summary's token target: a quarter of the budget, and never more than this.
 _DEFAULT_SUMMARY_CAP = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class _Stored:
-    """The summary state a tail carried: ``raw`` as stored (what a fold compares and sets),
-    and what it says."""
-
-    raw: Any = None
-    text: str = ""
-    turns: int = 0
-    updated_at: float | None = None
-
-    @classmethod
-    def of(cls, metadata: Mapping[str, Any]) -> _Stored:
-        raw = metadata.get(SUMMARY_KEY)
-        if not isinstance(raw, dict):
-            return cls(raw)
-        text, turns = raw.get("text"), raw.get("turns")
-        if not isinstance(text, str) or not isinstance(turns, int) or turns < 0:
-            return cls(raw)
-        at = raw.get("updated_at")
-        return cls(raw, text, turns, float(at) if isinstance(at, (int, float)) else None)
 
 
 class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
@@ -155,7 +131,7 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
     # -- reading: the stored summary in the slot, no turn it covers in the context ----------
 
     def _fit(self, tail: Tail, tools: Tools | None = None) -> _View | None:
-        stored = _Stored.of(tail.metadata)
+        stored = Stored.of(tail.metadata)
         summary, tokens = self._slot(stored)
         view = self._fit_budget(tail, summary, tokens, stored.turns, self._tools_cost(tools))
         if view is not None:
@@ -163,7 +139,7 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
             view.summary_state = stored
         return view
 
-    def _slot(self, stored: _Stored) -> tuple[list[Message], int]:
+    def _slot(self, stored: Stored) -> tuple[list[Message], int]:
         if not stored.text:
             return [], 0
         message = Message(Role.SYSTEM, self.summary_prefix + stored.text)
@@ -192,7 +168,7 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         """
         while True:
             view = yield from self._read_flow(tail)
-            stored: _Stored = view.summary_state
+            stored: Stored = view.summary_state
             pending = self._pending(view, stored)
             if not pending:
                 return
@@ -202,7 +178,7 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
                     self.session_id, source.total_turns - stored.turns, self._counter_name()
                 )
                 source = self._repaired(source)[0]
-                if _first_turn(source) > stored.turns or _Stored.of(source.metadata) != stored:
+                if _first_turn(source) > stored.turns or Stored.of(source.metadata) != stored:
                     # Turns were added or folded meanwhile: start again from what is stored.
                     tail = source
                     continue
@@ -230,7 +206,7 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
                 log.debug("summary fold lost a race: session=%r; reading again", self.session_id)
             tail = None  # won or lost, see what is stored now
 
-    def _pending(self, view: _View, stored: _Stored) -> int:
+    def _pending(self, view: _View, stored: Stored) -> int:
         """Turns out of the context and not yet in the summary."""
         first_in_context = view.tail.total_turns - view.turns_in_context
         if isinstance(view.error, ContextOverflowError):
@@ -238,7 +214,7 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         # (A strict memory's refusal to repair is no reason to fold: the turns fit.)
         return max(0, first_in_context - stored.turns)
 
-    def _record(self, stored: _Stored, pending: int, result: SummaryResult) -> dict[str, Any]:
+    def _record(self, stored: Stored, pending: int, result: SummaryResult) -> dict[str, Any]:
         self.last_result = result
         self.last_error = None
         return {
@@ -262,6 +238,26 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         )
         if self.strict:
             raise exc
+
+    # -- edits: a summary made of edited turns is forgotten ----------------------------------
+
+    def _forget_flow(self, first_turn: int, rebuild: bool) -> Flow[None]:
+        """Forget the summary (see :func:`~zerda.memory._record.forget_summary`); its text
+        was in ``last_result`` too. Then, with ``rebuild``, fold at once."""
+        if (yield from forget_summary(self.session_id, first_turn, mark_absent=True)):
+            self.last_result = None
+            self._log_dropped(first_turn)
+        if rebuild:
+            yield from self._fold_flow(None)
+
+    def _forked(self, new_session_id: str) -> Self:
+        clone = super()._forked(new_session_id)
+        clone._tasks = set()
+        clone._lock = None
+        clone.last_result = None
+        clone.last_error = None
+        clone.failures = 0
+        return clone
 
     def flush(self) -> None:
         """Fold now whatever turns the context no longer holds (writes do this already)."""

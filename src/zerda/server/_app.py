@@ -21,7 +21,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from zerda import formats
-from zerda.errors import InvalidMessageError, ZerdaError
+from zerda.errors import (
+    InvalidMessageError,
+    MessageNotFoundError,
+    SessionExistsError,
+    ZerdaError,
+)
 from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
@@ -43,7 +48,14 @@ from zerda.server._keys import KeyRing, Tenant
 from zerda.server._mcp import mcp_mount
 from zerda.server._openapi import openapi
 from zerda.server._otel import RESULTS
-from zerda.server._store_api import given_tokens, store_routes, tail_json, tail_wanted
+from zerda.server._store_api import (
+    edit_content,
+    given_tokens,
+    message_missing,
+    store_routes,
+    tail_json,
+    tail_wanted,
+)
 from zerda.stores._base import (
     RESERVED_PREFIX,
     AsyncOverThread,
@@ -52,6 +64,7 @@ from zerda.stores._base import (
     Store,
     check_batch,
     metadata_copy,
+    session_exists,
 )
 from zerda.tokens import TokenCounter, counter_by_name
 
@@ -235,6 +248,56 @@ class _Service:
         if not await self.astore.adelete_session(stored):
             raise ApiError(404, "NotFound", f"no session {session_id!r} here")
 
+    # -- editing (through a memory: a deleted call takes its results, a summary that held
+    #    what changed is dropped; see docs/editing.md) --------------------------------------
+
+    def editor(self, stored: str) -> ConversationBufferMemory:
+        return ConversationBufferMemory(store=self.store, session_id=stored)
+
+    async def delete_message(self, stored: str, session_id: str, message_id: str) -> int:
+        """Delete one message (and, for a call, its results); 404 when it is not there."""
+        await self.require(stored, session_id)
+        deleted = await self.editor(stored).adelete_messages([message_id])
+        if not deleted:
+            raise message_missing(session_id, message_id)
+        return deleted
+
+    async def pop(self, stored: str, session_id: str) -> list[dict[str, Any]]:
+        """The newest turn, removed; ``[]`` when there is none."""
+        await self.require(stored, session_id)
+        turn = await self.editor(stored).apop_turn()
+        return [] if turn is None else [m.to_dict() for m in turn.messages]
+
+    async def edit(
+        self, stored: str, session_id: str, message_id: str, content: object
+    ) -> dict[str, Any]:
+        """Replace one message's content (a string, null or content parts)."""
+        await self.require(stored, session_id)
+        try:
+            message = await self.editor(stored).aedit_message(message_id, edit_content(content))
+        except MessageNotFoundError:
+            raise message_missing(session_id, message_id) from None
+        return message.to_dict()
+
+    async def fork(
+        self, tenant: Tenant, stored: str, session_id: str, new_session_id: object, at: object
+    ) -> int:
+        """Fork into ``new_session_id`` of the same tenant; how many messages it holds."""
+        if not isinstance(new_session_id, str):
+            raise ApiError(422, "InvalidBody", '"new_session_id" must be a session id string')
+        if at is not None and not isinstance(at, str):
+            raise ApiError(422, "InvalidBody", f'"at" must be a message id or null, got {at!r:.80}')
+        new_stored = tenant.stored_id(new_session_id)
+        await self.require(stored, session_id)
+        try:
+            await self.editor(stored).afork(new_stored, at)
+        except MessageNotFoundError:
+            assert at is not None
+            raise message_missing(session_id, at) from None
+        except SessionExistsError:
+            raise ApiError(409, "SessionExistsError", str(session_exists(new_session_id))) from None
+        return (await self.astore.atail(new_stored, 0)).total_messages
+
     # -- REST handlers -----------------------------------------------------------------------
 
     async def list_sessions(self, request: Request) -> Response:
@@ -293,6 +356,47 @@ class _Service:
         _, stored = await self.session(request)
         await self.delete(stored, request.path_params["session_id"])
         return Response(status_code=204)
+
+    async def delete_one_message(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        params = request.path_params
+        deleted = await self.delete_message(stored, params["session_id"], params["message_id"])
+        return JSONResponse({"deleted": deleted})
+
+    async def patch_message(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        body = await read_json(request, self.max_body)
+        if not isinstance(body, dict) or set(body) != {"content"}:
+            raise ApiError(
+                422, "InvalidBody", 'the body must be {"content": text, null or content parts}'
+            )
+        params = request.path_params
+        message = await self.edit(
+            stored, params["session_id"], params["message_id"], body["content"]
+        )
+        return JSONResponse({"message": message})
+
+    async def pop_turn(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        messages = await self.pop(stored, request.path_params["session_id"])
+        request.scope[RESULTS] = len(messages)
+        return JSONResponse({"messages": messages})
+
+    async def fork_session(self, request: Request) -> Response:
+        tenant, stored = await self.session(request)
+        body = await read_json(request, self.max_body)
+        if not isinstance(body, dict) or not {"new_session_id"} <= set(body) <= {
+            "new_session_id",
+            "at",
+        }:
+            raise ApiError(
+                422, "InvalidBody", 'the body must be {"new_session_id": ..., "at": id or null}'
+            )
+        new_id = body["new_session_id"]
+        held = await self.fork(
+            tenant, stored, request.path_params["session_id"], new_id, body.get("at")
+        )
+        return JSONResponse({"session_id": new_id, "messages": held}, status_code=201)
 
     async def healthz(self, request: Request) -> Response:
         try:
@@ -425,6 +529,10 @@ def create_app(
         (session + "/metadata", service.get_metadata, ["GET"]),
         (session + "/metadata", service.patch_metadata, ["PATCH"]),
         (session, service.delete_session, ["DELETE"]),
+        (session + "/messages/{message_id}", service.delete_one_message, ["DELETE"]),
+        (session + "/messages/{message_id}", service.patch_message, ["PATCH"]),
+        (session + "/pop", service.pop_turn, ["POST"]),
+        (session + "/fork", service.fork_session, ["POST"]),
         ("/healthz", service.healthz, ["GET"]),
         ("/metrics", service.metrics_text, ["GET"]),
         ("/openapi.json", service.openapi_json, ["GET"]),

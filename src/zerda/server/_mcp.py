@@ -48,7 +48,8 @@ Zerda keeps conversations, one session per conversation, and gives back the cont
 the model: the newest turns that fit a budget, repaired so that every tool call has its
 result. Append each exchange with append_messages as it happens; before calling the model,
 ask get_context for the session with the budget you can spend (token_limit) or the number of
-turns to keep (k). Session ids are yours to choose."""
+turns to keep (k). Session ids are yours to choose. pop_turn, delete_message, edit_message and
+fork_session regenerate, roll back, correct and branch a conversation."""
 
 
 def mcp_installed() -> bool:
@@ -366,5 +367,63 @@ def _server(service: "_Service", who: Callable[["Context"], Tenant]) -> "MCPServ
             stored = who(ctx).stored_id(session_id)
             await service.delete(stored, session_id)
             return _answer({"deleted": session_id})
+
+    MessageId = Annotated[
+        str, Field(description="A message's id, as get_history and append_messages give it")
+    ]
+    destructive = ToolAnnotations(destructive_hint=True, open_world_hint=False)
+
+    @tool(destructive)
+    async def pop_turn(ctx: Context, session_id: SessionId) -> CallToolResult:
+        """Remove the newest turn of a conversation (its user message and everything after)
+        and return its messages: to regenerate an answer or roll back a step."""
+        with _answering():
+            stored = who(ctx).stored_id(session_id)
+            return _answer({"messages": await service.pop(stored, session_id)})
+
+    @tool(destructive)
+    async def delete_message(
+        ctx: Context, session_id: SessionId, message_id: MessageId
+    ) -> CallToolResult:
+        """Delete one message; an assistant message's tool calls take their results with
+        them, and a summary that held the message is dropped. Returns how many went."""
+        with _answering():
+            stored = who(ctx).stored_id(session_id)
+            return _answer(
+                {"deleted": await service.delete_message(stored, session_id, message_id)}
+            )
+
+    @tool(ToolAnnotations(read_only_hint=False, open_world_hint=False))
+    async def edit_message(
+        ctx: Context,
+        session_id: SessionId,
+        message_id: MessageId,
+        content: Annotated[
+            str | None, Field(description="The new text (null only for a tool-calling message)")
+        ],
+    ) -> CallToolResult:
+        """Replace one message's text; its id, role and place stay. Returns it as stored."""
+        with _answering():
+            stored = who(ctx).stored_id(session_id)
+            message = await service.edit(stored, session_id, message_id, content)
+            return _answer({"message": message})
+
+    @tool(ToolAnnotations(read_only_hint=False, open_world_hint=False))
+    async def fork_session(
+        ctx: Context,
+        session_id: SessionId,
+        new_session_id: SessionId,
+        at: Annotated[
+            str | None,
+            Field(description="Copy up to and including this message id; null: all of it"),
+        ] = None,
+    ) -> CallToolResult:
+        """Branch a conversation: copy it (up to the message `at`) into a new conversation,
+        leaving it unchanged. Returns how many messages the new one holds."""
+        with _answering():
+            tenant = who(ctx)
+            stored = tenant.stored_id(session_id)
+            held = await service.fork(tenant, stored, session_id, new_session_id, at)
+            return _answer({"session_id": new_session_id, "messages": held})
 
     return mcp

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from zerda.messages import MAX_ID_LENGTH
+
 __all__ = ["openapi"]
 
 _ERROR = {
@@ -41,6 +43,20 @@ _SESSION_ID = {
 }
 
 
+_MESSAGE_ID = {
+    "name": "message_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH},
+}
+_CONTENT = {
+    "type": ["string", "null", "array"],
+    "description": "Text, null (an assistant message with tool calls), or content parts as "
+    "Message.to_dict gives them",
+    "items": {"type": "object"},
+}
+
+
 def _errors(*codes: int) -> dict[str, Any]:
     words = {
         400: "Bad input (a message or session id Zerda refuses, a body that is not JSON)",
@@ -57,6 +73,14 @@ def _errors(*codes: int) -> dict[str, Any]:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
         }
         for code in codes
+    }
+
+
+def _error(description: str) -> dict[str, Any]:
+    """An error answer with its own description (where ``_errors``' words do not fit)."""
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
     }
 
 
@@ -395,6 +419,147 @@ def openapi() -> dict[str, Any]:
                     },
                 },
             },
+            "/v1/sessions/{session_id}/delete-messages": {
+                "parameters": [_SESSION_ID],
+                "post": {
+                    "summary": "Delete the session's messages with these ids, system messages "
+                    "too, with their token counts, atomically (what HTTPStore.delete_messages "
+                    "does; ids the session does not hold are ignored)",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["ids"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "ids": {
+                                            "type": "array",
+                                            "items": {"type": "string", "minLength": 1},
+                                        }
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["deleted"],
+                                "properties": {"deleted": {"type": "integer"}},
+                            },
+                            "How many messages were deleted",
+                        ),
+                        **_errors(400, 401, 413, 422, 503),
+                    },
+                },
+            },
+            "/v1/sessions/{session_id}/pop-turn": {
+                "parameters": [_SESSION_ID],
+                "post": {
+                    "summary": "Remove the newest turn (system messages stay) and answer its "
+                    "messages, atomically (what HTTPStore.pop_turn does); none for no turn",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["messages"],
+                                "properties": {"messages": messages},
+                            },
+                            "The messages removed, in order, as Message.to_dict gives them",
+                        ),
+                        **_errors(400, 401, 503),
+                    },
+                },
+            },
+            "/v1/sessions/{session_id}/fork-session": {
+                "parameters": [_SESSION_ID],
+                "post": {
+                    "summary": "Copy the session's log up to and including message at (null "
+                    "or left out: all of it), with its token counts and metadata, into a new "
+                    "session of this tenant, atomically (what HTTPStore.fork does)",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["new_session_id"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "new_session_id": {
+                                            "type": "string",
+                                            "description": "The new session's id, in this "
+                                            "tenant (as the path's session_id)",
+                                            "pattern": "^[A-Za-z0-9_.:@+=-]{1,200}$",
+                                        },
+                                        "at": {"type": ["string", "null"]},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["copied"],
+                                "properties": {"copied": {"type": "integer"}},
+                            },
+                            "How many messages were copied (0 for a session that holds "
+                            "nothing: nothing is created)",
+                        ),
+                        **_errors(400, 401),
+                        "404": _error("The session holds no message at"),
+                        "409": _error("The new session already holds messages or metadata"),
+                        **_errors(413, 422, 503),
+                    },
+                },
+            },
+            "/v1/sessions/{session_id}/edit-message": {
+                "parameters": [_SESSION_ID],
+                "post": {
+                    "summary": "Replace one message's content, atomically (what "
+                    "HTTPStore.edit_message does): the rest stays, its metadata gains "
+                    "edited_at and its token counts are dropped",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["message_id", "content"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "message_id": {"type": "string"},
+                                        "content": {
+                                            "type": ["string", "null", "array"],
+                                            "description": "Text, null, or content parts "
+                                            "as Message.to_dict gives them",
+                                            "items": {"type": "object"},
+                                        },
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["message"],
+                                "properties": {"message": {"$ref": "#/components/schemas/Message"}},
+                            },
+                            "The message as stored",
+                        ),
+                        **_errors(400, 401),
+                        "404": _error("The session holds no message with that id"),
+                        **_errors(413, 422, 503),
+                    },
+                },
+            },
             "/v1/sessions/purge-expired": {
                 "post": {
                     "summary": "Delete the store's expired sessions (a server without keys "
@@ -421,11 +586,130 @@ def openapi() -> dict[str, Any]:
                     },
                 },
             },
+            "/v1/sessions/{session_id}/messages/{message_id}": {
+                "parameters": [_SESSION_ID, _MESSAGE_ID],
+                "delete": {
+                    "summary": "Delete one message; an assistant message's tool calls take "
+                    "their results with them, and a summary that held the message is dropped "
+                    "(docs/editing.md)",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["deleted"],
+                                "properties": {
+                                    "deleted": {
+                                        "type": "integer",
+                                        "description": "Messages deleted, results included",
+                                    }
+                                },
+                            }
+                        ),
+                        **_errors(400, 401),
+                        "404": _error("No such session, or no message with that id in it"),
+                        **_errors(503),
+                    },
+                },
+                "patch": {
+                    "summary": "Replace one message's content; its id, role and place stay, "
+                    "its metadata records edited_at, a summary that held it is dropped",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["content"],
+                                    "additionalProperties": False,
+                                    "properties": {"content": _CONTENT},
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["message"],
+                                "properties": {"message": {"$ref": "#/components/schemas/Message"}},
+                            },
+                            "The message as stored",
+                        ),
+                        **_errors(400, 401),
+                        "404": _error("No such session, or no message with that id in it"),
+                        **_errors(413, 422, 503),
+                    },
+                },
+            },
+            "/v1/sessions/{session_id}/pop": {
+                "parameters": [_SESSION_ID],
+                "post": {
+                    "summary": "Remove the newest turn (regenerate an answer, roll back a "
+                    "step); system messages stay",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["messages"],
+                                "properties": {
+                                    "messages": {
+                                        "type": "array",
+                                        "items": {"$ref": "#/components/schemas/Message"},
+                                        "description": "The turn removed; empty for none",
+                                    }
+                                },
+                            }
+                        ),
+                        **_errors(400, 401, 404, 503),
+                    },
+                },
+            },
+            "/v1/sessions/{session_id}/fork": {
+                "parameters": [_SESSION_ID],
+                "post": {
+                    "summary": "Copy the session's log up to and including the message at "
+                    "(all of it without at) into a new session of the same tenant",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["new_session_id"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "new_session_id": _SESSION_ID["schema"],
+                                        "at": {"type": ["string", "null"]},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "201": _json(
+                            {
+                                "type": "object",
+                                "required": ["session_id", "messages"],
+                                "properties": {
+                                    "session_id": {"type": "string"},
+                                    "messages": {"type": "integer"},
+                                },
+                            },
+                            "Forked: the new session and how many messages it holds",
+                        ),
+                        **_errors(400, 401),
+                        "404": _error("No such session, or no message at that id in it"),
+                        "409": _error("The new session already holds messages or metadata"),
+                        **_errors(413, 422, 503),
+                    },
+                },
+            },
             "/mcp": {
                 "post": {
                     "summary": "The MCP tools (Streamable HTTP, stateless, JSON answers; extra "
                     "mcp): append_messages, get_context, get_history, list_sessions, "
-                    "delete_session. A JSON-RPC message in, its answer out",
+                    "delete_session, pop_turn, delete_message, edit_message, fork_session. A "
+                    "JSON-RPC message in, its answer out",
                     "requestBody": {
                         "required": True,
                         "content": {"application/json": {"schema": {"type": "object"}}},

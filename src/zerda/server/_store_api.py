@@ -1,8 +1,10 @@
 """Routes that let :class:`zerda.stores.HTTPStore` run the whole store protocol remotely.
 
 The REST API serves apps; these serve a store: a tail as the store reads it (Zerda's reserved
-metadata included), compare-and-set, clearing and purging, and the JSON forms of a tail and of
-the token counts an append may carry. Everything stays inside the caller's tenant.
+metadata included), compare-and-set, clearing and purging, editing the log exactly as the
+store does (deleting messages, popping a turn, forking, editing a message: no memory is
+involved), and the JSON forms of a tail and of the token counts an append may carry.
+Everything stays inside the caller's tenant.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from zerda.errors import InvalidMessageError, MessageNotFoundError, SessionExistsError
+from zerda.parts import Part, part_from_dict
 from zerda.server._http import ApiError, Handler, query_int, read_json
-from zerda.stores._base import Tail
+from zerda.stores._base import Tail, message_not_found, session_exists
 
 if TYPE_CHECKING:
     from zerda.server._app import _Service
@@ -73,6 +77,38 @@ def _counter(params: Mapping[str, str]) -> str | None:
     return name
 
 
+def message_missing(session_id: str, message_id: str) -> ApiError:
+    """404 for a message the session does not hold, naming the session as the caller does
+    (the store's error names it with the tenant's prefix)."""
+    return ApiError(404, "MessageNotFoundError", str(message_not_found(session_id, message_id)))
+
+
+def _fields(body: object, required: set[str], optional: set[str], shape: str) -> dict[str, Any]:
+    """``body`` if it is an object with the ``required`` fields and maybe ``optional`` ones;
+    else 422 saying it must be ``shape``."""
+    if not isinstance(body, dict) or not required <= set(body) <= required | optional:
+        raise ApiError(422, "InvalidBody", f"the body must be {shape}")
+    return body
+
+
+def edit_content(value: object) -> str | tuple[Part, ...] | None:
+    """An edit's content from its JSON: a string, null, or parts as Message.to_dict gives
+    them (a part Zerda refuses is an InvalidMessageError, as in an append)."""
+    if value is None or isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise ApiError(
+            422, "InvalidBody", '"content" must be a string, null or an array of content parts'
+        )
+    parts = []
+    for i, part in enumerate(value):
+        try:
+            parts.append(part_from_dict(part))
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(f"content part {i}: {exc}") from None
+    return tuple(parts)
+
+
 class _StoreApi:
     """The handlers, over the service's store and its tenants."""
 
@@ -103,6 +139,71 @@ class _StoreApi:
             stored, body["key"], body["expected"], body["value"]
         )
         return JSONResponse({"swapped": swapped})
+
+    # -- editing the log: the store's own operations, each one atomic step --------------------
+
+    async def delete_messages(self, request: Request) -> Response:
+        _, stored = await self.service.session(request)
+        body = _fields(
+            await read_json(request, self.service.max_body),
+            {"ids"},
+            set(),
+            '{"ids": [message id, ...]}',
+        )
+        ids = body["ids"]
+        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+            raise ApiError(422, "InvalidBody", '"ids" must be an array of message ids')
+        return JSONResponse({"deleted": await self.service.astore.adelete_messages(stored, ids)})
+
+    async def pop_turn(self, request: Request) -> Response:
+        _, stored = await self.service.session(request)
+        popped = await self.service.astore.apop_turn(stored)
+        return JSONResponse({"messages": [m.to_dict() for m in popped]})
+
+    async def fork_session(self, request: Request) -> Response:
+        tenant, stored = await self.service.session(request)
+        body = _fields(
+            await read_json(request, self.service.max_body),
+            {"new_session_id"},
+            {"at"},
+            '{"new_session_id": ..., "at": message id or null}',
+        )
+        new_id, at = body["new_session_id"], body.get("at")
+        if at is not None and not isinstance(at, str):
+            raise ApiError(422, "InvalidBody", f'"at" must be a message id or null, got {at!r:.80}')
+        new_stored = tenant.stored_id(new_id)  # the same tenant's: 400 for a bad id
+        try:
+            copied = await self.service.astore.afork(stored, new_stored, at)
+        except MessageNotFoundError:
+            assert at is not None
+            raise self._not_found(request, at) from None
+        except SessionExistsError:
+            raise ApiError(409, "SessionExistsError", str(session_exists(new_id))) from None
+        return JSONResponse({"copied": copied})
+
+    async def edit_message(self, request: Request) -> Response:
+        _, stored = await self.service.session(request)
+        body = _fields(
+            await read_json(request, self.service.max_body),
+            {"message_id", "content"},
+            set(),
+            '{"message_id": ..., "content": text, null or content parts}',
+        )
+        message_id = body["message_id"]
+        if not isinstance(message_id, str):
+            raise ApiError(
+                422, "InvalidBody", f'"message_id" must be a string, got {message_id!r:.80}'
+            )
+        content = edit_content(body["content"])
+        try:
+            message = await self.service.astore.aedit_message(stored, message_id, content)
+        except MessageNotFoundError:
+            raise self._not_found(request, message_id) from None
+        return JSONResponse({"message": message.to_dict()})
+
+    @staticmethod
+    def _not_found(request: Request, message_id: str) -> ApiError:
+        return message_missing(request.path_params["session_id"], message_id)
 
     async def clear(self, request: Request) -> Response:
         """Delete every session of the tenant, one by one (other tenants' stay)."""
@@ -137,6 +238,10 @@ def store_routes(service: _Service) -> list[tuple[str, Handler, list[str]]]:
     return [
         (session + "/tail", api.tail, ["GET"]),
         (session + "/compare-and-set", api.compare_and_set, ["POST"]),
+        (session + "/delete-messages", api.delete_messages, ["POST"]),
+        (session + "/pop-turn", api.pop_turn, ["POST"]),
+        (session + "/fork-session", api.fork_session, ["POST"]),
+        (session + "/edit-message", api.edit_message, ["POST"]),
         ("/v1/sessions", api.clear, ["DELETE"]),
         ("/v1/sessions/purge-expired", api.purge_expired, ["POST"]),
     ]

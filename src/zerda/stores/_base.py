@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -16,9 +17,12 @@ from zerda.errors import (
     CorruptDataError,
     InvalidMessageError,
     InvalidSessionIdError,
+    MessageNotFoundError,
+    SessionExistsError,
     warn,
 )
-from zerda.messages import Message
+from zerda.messages import PINNED, Message, Role
+from zerda.parts import Part
 
 __all__ = [
     "MAX_SESSION_ID_LENGTH",
@@ -33,13 +37,18 @@ __all__ = [
     "TokenCounts",
     "canonical_json",
     "check_batch",
+    "check_ids",
     "check_retention",
     "check_session_id",
     "check_timeout",
+    "edited",
+    "message_not_found",
     "metadata_copy",
     "new_ids",
+    "newest_turn_start",
     "redact",
     "same_json",
+    "session_exists",
 ]
 
 _K = TypeVar("_K")
@@ -360,6 +369,56 @@ class AsyncClosingStore:
         await self.aclose()
 
 
+def check_ids(ids: object) -> list[str]:
+    """The message ids of a ``delete_messages`` call, checked: a collection of strings (one
+    string alone is refused: it is almost always a missing list)."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Collection):
+        raise ConfigurationError(
+            f"ids must be a list of message ids, got {type(ids).__name__}; "
+            "for one message write [message_id]"
+        )
+    out = list(ids)
+    for i in out:
+        if not isinstance(i, str) or not i:
+            raise ConfigurationError(f"a message id is a non-empty string, got {i!r:.80}")
+    return out
+
+
+def edited(message: Message, content: str | tuple[Part, ...] | None, now: float) -> Message:
+    """``message`` with ``content`` (validated as a new message is) and ``edited_at`` in its
+    metadata: what every store's ``edit_message`` stores."""
+    try:
+        return dataclasses.replace(
+            message, content=content, metadata={**message.metadata, "edited_at": now}
+        )
+    except TypeError as exc:  # a content of a type Message's checks do not expect
+        raise InvalidMessageError(f"cannot edit message {message.id!r}: {exc}") from None
+
+
+def newest_turn_start(messages: Sequence[Message]) -> int | None:
+    """Where the newest turn of a log (system messages included) starts: its last user
+    message, or its first message that is not pinned when no user message is there."""
+    first = None
+    for i in range(len(messages) - 1, -1, -1):
+        role = messages[i].role
+        if role is Role.USER:
+            return i
+        if role not in PINNED:
+            first = i
+    return first
+
+
+def message_not_found(session_id: str, message_id: str) -> MessageNotFoundError:
+    return MessageNotFoundError(f"session {session_id!r} holds no message {message_id!r}")
+
+
+def session_exists(new_session_id: str) -> SessionExistsError:
+    return SessionExistsError(
+        f"cannot fork into {new_session_id!r}: that session already holds messages or "
+        "metadata (delete it first, or fork into a new id)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
     """One stored session, as ``list_sessions`` reports it: how many ``messages`` it holds
@@ -452,6 +511,40 @@ class Store(Protocol):
         """Forget a session and its metadata; whether it existed."""
         ...
 
+    # Editing the log (issue #16): each call is one atomic step, like an append.
+
+    def delete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        """Delete the session's messages with these ids (system messages too), with their
+        token counts; ids the session does not hold are ignored. How many were deleted. The
+        turns are those of what is left (a deleted user message joins what answered it to
+        the turn before)."""
+        ...
+
+    def pop_turn(self, session_id: str) -> list[Message]:
+        """Remove the newest turn (its messages from its first on; system messages stay, they
+        belong to no turn) and return its messages in order; ``[]`` for no turn."""
+        ...
+
+    def fork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        """Copy the session's log, up to and including the message ``at`` (``None``: all of
+        it), with its token counts and metadata, into ``new_session_id``; how many messages
+        were copied. The source is unchanged. :class:`~zerda.SessionExistsError` when the new
+        session holds anything, :class:`~zerda.MessageNotFoundError` when no message is
+        ``at``; forking a session that holds nothing, with ``at=None``, copies nothing and
+        creates nothing."""
+        ...
+
+    def edit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        """Replace one message's content; its id, role, position, ``created_at`` and the rest
+        stay, and its metadata gains ``edited_at`` (the store's clock). Its token counts are
+        dropped (a memory counts it again). Returns the message as stored;
+        :class:`~zerda.MessageNotFoundError` when the session holds no such message,
+        :class:`~zerda.InvalidMessageError` (nothing changed) when the content is not valid
+        for the message."""
+        ...
+
     def clear(self) -> None:
         """Forget every session."""
         ...
@@ -497,6 +590,16 @@ class AsyncStore(Protocol):
     async def alist_sessions(self) -> list[SessionInfo]: ...
 
     async def adelete_session(self, session_id: str) -> bool: ...
+
+    async def adelete_messages(self, session_id: str, ids: Collection[str]) -> int: ...
+
+    async def apop_turn(self, session_id: str) -> list[Message]: ...
+
+    async def afork(self, session_id: str, new_session_id: str, at: str | None = None) -> int: ...
+
+    async def aedit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message: ...
 
     async def aclear(self) -> None: ...
 
@@ -558,6 +661,20 @@ class ThreadedAsync:
 
     async def adelete_session(self, session_id: str) -> bool:
         return await self._in_thread(lambda s: s.delete_session(session_id))
+
+    async def adelete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        return await self._in_thread(lambda s: s.delete_messages(session_id, ids))
+
+    async def apop_turn(self, session_id: str) -> list[Message]:
+        return await self._in_thread(lambda s: s.pop_turn(session_id))
+
+    async def afork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        return await self._in_thread(lambda s: s.fork(session_id, new_session_id, at))
+
+    async def aedit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        return await self._in_thread(lambda s: s.edit_message(session_id, message_id, content))
 
     async def aclear(self) -> None:
         await self._in_thread(lambda s: s.clear())

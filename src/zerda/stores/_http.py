@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
@@ -14,11 +14,14 @@ from zerda.errors import (
     CorruptDataError,
     InvalidMessageError,
     InvalidSessionIdError,
+    MessageNotFoundError,
+    SessionExistsError,
     StoreUnavailableError,
     SummarizerError,
     ZerdaError,
 )
 from zerda.messages import Message
+from zerda.parts import Part
 from zerda.stores._base import (
     AsyncClosingStore,
     ClosingStore,
@@ -26,6 +29,7 @@ from zerda.stores._base import (
     Tail,
     TokenCounts,
     check_batch,
+    check_ids,
     check_session_id,
     check_timeout,
     metadata_copy,
@@ -52,6 +56,8 @@ _ERRORS: dict[str, type[ZerdaError]] = {
         ConfigurationError,
         InvalidMessageError,
         InvalidSessionIdError,
+        MessageNotFoundError,
+        SessionExistsError,
         StoreUnavailableError,
         SummarizerError,
         CorruptDataError,
@@ -108,6 +114,19 @@ def _turns(turns: object) -> int | None:
     if type(turns) is not int:
         raise ConfigurationError(f"turns must be None or an integer, got {turns!r}")
     return max(turns, 0)  # as the stores take it: fewer than none is none
+
+
+def _content(message_id: str, content: object) -> str | list[dict[str, Any]] | None:
+    """The JSON form of an edit's content: a string, ``None``, or the parts' dicts. Content
+    that is none of these is refused here, as the store would (it cannot be sent as it is)."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)) and all(isinstance(p, Part) for p in content):
+        return [p.to_dict() for p in content]
+    raise InvalidMessageError(
+        f"cannot edit message {message_id!r}: content must be a string, a sequence of "
+        f"zerda.parts parts or None, got {type(content).__name__}"
+    )
 
 
 def _counter(counter: object) -> str | None:
@@ -242,7 +261,7 @@ class _HTTPBase:
             raise ConfigurationError(f"{where}: {refused}")
         if not kind:
             message = f"HTTP {status}, not an answer from zerda serve"
-        elif status == 404:
+        elif status == 404 and kind not in _ERRORS:  # no such route, not a Zerda error
             message += " (a zerda serve from before the store API?)"
         unavailable = status >= 500 or status in (408, 429)
         error_type = _ERRORS.get(kind, StoreUnavailableError if unavailable else ConfigurationError)
@@ -393,6 +412,64 @@ class _HTTPBase:
         answer = yield _Call("DELETE", path, f"delete session {session_id!r}", missing=True)
         return answer is not None
 
+    def _messages(self, call: _Call, data: Any) -> list[Message]:
+        try:
+            return [Message.from_dict(m) for m in data["messages"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._corrupt(call, exc) from exc
+
+    def _delete_messages(self, session_id: str, ids: Collection[str]) -> _Flow[int]:
+        wanted = check_ids(ids)
+        path = f"/v1/sessions/{_segment(session_id)}/delete-messages"
+        call = _Call(
+            "POST", path, f"delete messages of session {session_id!r}", body={"ids": wanted}
+        )
+        answer = yield call
+        try:
+            return int(answer["deleted"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._corrupt(call, exc) from exc
+
+    def _pop_turn(self, session_id: str) -> _Flow[list[Message]]:
+        path = f"/v1/sessions/{_segment(session_id)}/pop-turn"
+        call = _Call("POST", path, f"pop the newest turn of session {session_id!r}")
+        return self._messages(call, (yield call))
+
+    def _fork(self, session_id: str, new_session_id: str, at: str | None) -> _Flow[int]:
+        check_session_id(new_session_id)
+        path = f"/v1/sessions/{_segment(session_id)}/fork-session"
+        if at is not None and not isinstance(at, str):  # no message has it: as a store says
+            raise MessageNotFoundError(f"session {session_id!r} holds no message {at!r:.80}")
+        call = _Call(
+            "POST",
+            path,
+            f"fork session {session_id!r} into {new_session_id!r}",
+            body={"new_session_id": new_session_id, "at": at},
+        )
+        answer = yield call
+        try:
+            return int(answer["copied"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._corrupt(call, exc) from exc
+
+    def _edit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> _Flow[Message]:
+        path = f"/v1/sessions/{_segment(session_id)}/edit-message"
+        if not isinstance(message_id, str):  # no message has it: as a store says
+            raise MessageNotFoundError(
+                f"session {session_id!r} holds no message {message_id!r:.80}"
+            )
+        body = {"message_id": message_id, "content": _content(message_id, content)}
+        call = _Call(
+            "POST", path, f"edit message {message_id!r} of session {session_id!r}", body=body
+        )
+        answer = yield call
+        try:
+            return Message.from_dict(answer["message"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._corrupt(call, exc) from exc
+
     def _clear(self) -> _Flow[None]:
         yield _Call("DELETE", "/v1/sessions", "clear the sessions")
 
@@ -479,6 +556,20 @@ class HTTPStore(_HTTPBase, ClosingStore):
     def delete_session(self, session_id: str) -> bool:
         return self._run(self._delete_session(session_id))
 
+    def delete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        return self._run(self._delete_messages(session_id, ids))
+
+    def pop_turn(self, session_id: str) -> list[Message]:
+        return self._run(self._pop_turn(session_id))
+
+    def fork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        return self._run(self._fork(session_id, new_session_id, at))
+
+    def edit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        return self._run(self._edit_message(session_id, message_id, content))
+
     def clear(self) -> None:
         self._run(self._clear())
 
@@ -560,6 +651,20 @@ class AsyncHTTPStore(_HTTPBase, AsyncClosingStore):
 
     async def adelete_session(self, session_id: str) -> bool:
         return await self._run(self._delete_session(session_id))
+
+    async def adelete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        return await self._run(self._delete_messages(session_id, ids))
+
+    async def apop_turn(self, session_id: str) -> list[Message]:
+        return await self._run(self._pop_turn(session_id))
+
+    async def afork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        return await self._run(self._fork(session_id, new_session_id, at))
+
+    async def aedit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        return await self._run(self._edit_message(session_id, message_id, content))
 
     async def aclear(self) -> None:
         await self._run(self._clear())

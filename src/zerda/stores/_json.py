@@ -8,13 +8,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
 from zerda.errors import ConfigurationError, CorruptDataError, StoreUnavailableError, ZerdaError
 from zerda.messages import Message
+from zerda.parts import Part
 from zerda.stores._base import (
     ClosingStore,
     SessionInfo,
@@ -22,6 +23,7 @@ from zerda.stores._base import (
     ThreadedAsync,
     TokenCounts,
     check_batch,
+    check_ids,
     check_retention,
     check_session_id,
     metadata_copy,
@@ -191,6 +193,45 @@ class JSONFileStore(ThreadedAsync, ClosingStore):
         check_session_id(session_id)
         return self._write(None, lambda mem: mem.delete_session(session_id), save=bool)
 
+    # Editing the log: InMemoryStore edits the state just loaded, under the exclusive lock,
+    # and the file is rewritten only when something changed. On a store with no folder yet
+    # there is nothing to edit, and nothing is created.
+
+    def delete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        wanted = check_ids(ids)
+        check_session_id(session_id)
+        return self._write(
+            session_id,
+            lambda mem: mem.delete_messages(session_id, wanted),
+            save=bool,
+            create=False,
+        )
+
+    def pop_turn(self, session_id: str) -> list[Message]:
+        check_session_id(session_id)
+        return self._write(
+            session_id, lambda mem: mem.pop_turn(session_id), save=bool, create=False
+        )
+
+    def fork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        check_session_id(new_session_id)
+        check_session_id(session_id)
+        # The new session is the one that changes (a fork copies nothing when it returns 0).
+        return self._write(
+            new_session_id,
+            lambda mem: mem.fork(session_id, new_session_id, at),
+            save=bool,
+            create=False,
+        )
+
+    def edit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        check_session_id(session_id)
+        return self._write(
+            session_id, lambda mem: mem.edit_message(session_id, message_id, content), create=False
+        )
+
     def clear(self) -> None:
         # Clearing a store with no file creates none.
         self._write(None, lambda mem: mem.clear(), save=lambda _: self._seen != _NO_FILE)
@@ -221,15 +262,18 @@ class JSONFileStore(ThreadedAsync, ClosingStore):
         session_id: str | None,
         operation: Callable[[InMemoryStore], _T],
         save: Callable[[_T], bool] = lambda _: True,
+        *,
+        create: bool = True,
     ) -> _T:
         """Apply ``operation`` to the file's current state and replace the file with the result.
 
         ``session_id`` names the session the operation changes (its JSON is encoded again);
-        operations without one only remove sessions. ``save`` says from the result whether
-        anything changed.
+        operations without one only remove sessions. ``create=False`` says the operation
+        changes nothing in an empty store: with no folder, it runs on one and creates nothing.
+        ``save`` says from the result whether anything changed.
         """
         with self._lock:
-            if session_id is None and not self._file.parent.is_dir():
+            if (session_id is None or not create) and not self._file.parent.is_dir():
                 # No folder, so no file: nothing to remove, and no folder to create for it.
                 self._check_open()
                 self._install({}, _NO_FILE, self._token)

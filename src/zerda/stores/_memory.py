@@ -6,23 +6,29 @@ import bisect
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
 from zerda.messages import PINNED, Message, Role
+from zerda.parts import Part
 from zerda.stores._base import (
     SessionInfo,
     Tail,
     TokenCounts,
     check_batch,
+    check_ids,
     check_retention,
     check_session_id,
+    edited,
     empty_tail,
+    message_not_found,
     metadata_copy,
     new_ids,
+    newest_turn_start,
     same_json,
+    session_exists,
 )
 
 __all__ = ["InMemoryStore"]
@@ -237,6 +243,94 @@ class InMemoryStore:
             self._sessions.pop(session_id, None)
             return existed
 
+    # -- editing the log: each rebuilds the session from its edited history -----------------
+
+    def delete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        wanted = set(check_ids(ids))
+        with self._lock:
+            session = self._live(session_id)
+            if session is None:
+                return 0
+            history, columns = _session_state(session)
+            keep = [i for i, m in enumerate(history) if m.id not in wanted]
+            if len(keep) < len(history):
+                self._rebuild(session_id, session, history, columns, keep)
+            return len(history) - len(keep)
+
+    def pop_turn(self, session_id: str) -> list[Message]:
+        with self._lock:
+            session = self._live(session_id)
+            if session is None:
+                return []
+            history, columns = _session_state(session)
+            start = newest_turn_start(history)
+            if start is None:
+                return []
+            popped = [m for m in history[start:] if m.role not in PINNED]
+            keep = [i for i, m in enumerate(history) if i < start or m.role in PINNED]
+            self._rebuild(session_id, session, history, columns, keep)
+            return popped
+
+    def fork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        check_session_id(new_session_id)
+        with self._lock:
+            source = self._live(session_id)
+            history, columns = _session_state(source) if source else ([], {})
+            end = len(history)
+            if at is not None:
+                found = next((i for i, m in enumerate(history) if m.id == at), None)
+                if found is None:
+                    raise message_not_found(session_id, at)
+                end = found + 1
+            target = self._live(new_session_id)
+            if target is not None and (target.message_count or target.metadata):
+                raise session_exists(new_session_id)
+            if source is None:
+                return 0
+            now = self._clock()
+            self._sessions[new_session_id] = _restore_session(
+                now,
+                now,
+                _copy(source.metadata),
+                history[:end],
+                {name: counts[:end] for name, counts in columns.items()},
+            )
+            return end
+
+    def edit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        with self._lock:
+            session = self._live(session_id)
+            history, columns = _session_state(session) if session else ([], {})
+            where = next((i for i, m in enumerate(history) if m.id == message_id), None)
+            if session is None or where is None:
+                raise message_not_found(session_id, message_id)
+            new = edited(history[where], content, self._clock())
+            history[where] = new
+            for counts in columns.values():
+                counts[where] = None
+            self._rebuild(session_id, session, history, columns, range(len(history)))
+            return new
+
+    def _rebuild(
+        self,
+        session_id: str,
+        session: _Session,
+        history: list[Message],
+        columns: dict[str, list[int | None]],
+        keep: Sequence[int],
+    ) -> None:
+        """Replace ``session`` by one holding the messages of ``history`` at ``keep``: a write
+        (it refreshes the session's time)."""
+        self._sessions[session_id] = _restore_session(
+            session.created_at,
+            self._clock(),
+            session.metadata,
+            [history[i] for i in keep],
+            {name: [counts[i] for i in keep] for name, counts in columns.items()},
+        )
+
     def clear(self) -> None:
         with self._lock:
             self._sessions.clear()
@@ -289,6 +383,20 @@ class InMemoryStore:
 
     async def adelete_session(self, session_id: str) -> bool:
         return self.delete_session(session_id)
+
+    async def adelete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        return self.delete_messages(session_id, ids)
+
+    async def apop_turn(self, session_id: str) -> list[Message]:
+        return self.pop_turn(session_id)
+
+    async def afork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        return self.fork(session_id, new_session_id, at)
+
+    async def aedit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        return self.edit_message(session_id, message_id, content)
 
     async def aclear(self) -> None:
         self.clear()

@@ -13,7 +13,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
@@ -26,6 +26,7 @@ from zerda.errors import (
     ZerdaError,
 )
 from zerda.messages import Message
+from zerda.parts import Part
 from zerda.stores._base import (
     AsyncClosingStore,
     ClosingStore,
@@ -35,13 +36,17 @@ from zerda.stores._base import (
     TokenCounts,
     canonical_json,
     check_batch,
+    check_ids,
     check_retention,
     check_session_id,
     check_timeout,
     decode_metadata,
+    edited,
     empty_tail,
+    message_not_found,
     metadata_copy,
     redact,
+    session_exists,
 )
 
 try:
@@ -659,6 +664,281 @@ def m004_developer_messages_are_pinned() -> list[str]:
     ]
 
 
+@_migration
+def m005_editing_the_log() -> list[str]:
+    # Editing the log (issue #16): delete messages, pop the newest turn, fork a session, edit a
+    # message. Each is one function call (one transaction) that first takes the session row's
+    # lock, as an append does, so that edits and appends to one session queue there and seq
+    # and turn numbers never interleave.
+    #
+    # An edit leaves the session as InMemoryStore's rebuild does: the log holds every message,
+    # positions first_seq .. next_seq - 1 without a gap, and turns are numbered again from what
+    # is left (a turn starts at each user message, and at the first non-pinned message when no
+    # turn has started before it). The pinned messages that retention kept before the log
+    # (system_trimmed of them, at positions below first_seq) move to just before it and join
+    # it (zerda_untrim), as the reference's rebuild makes them part of its log; only the
+    # messages after the first one deleted are renumbered (zerda_rewrite), so that deleting
+    # near the end, or popping the newest turn, moves next to nothing.
+    return [
+        # The live session's row, locked; NULL when there is no live session (an expired one
+        # reads as absent): edits never create a session.
+        """
+        CREATE FUNCTION {schema}.zerda_locked(p_session text, p_now double precision)
+        RETURNS {schema}.sessions LANGUAGE plpgsql AS $$
+        DECLARE
+            s {schema}.sessions;
+        BEGIN
+            SELECT * INTO s FROM {schema}.sessions WHERE session_id = p_session FOR UPDATE;
+            IF FOUND AND (s.expires_at IS NULL OR s.expires_at > p_now) THEN
+                RETURN s;
+            END IF;
+            RETURN NULL;
+        END
+        $$
+        """,
+        # The messages of session p_sid at positions p_from .. p_to (NULL: to the end), with
+        # their rank n among them (1, 2, ...) and their turn numbered again: pinned messages
+        # -1; the others continue turn p_turn (the turn going on before p_from), or, when
+        # none is (NULL), open turn p_first_turn at the first of them.
+        """
+        CREATE FUNCTION {schema}.zerda_numbered(
+            p_sid bigint, p_from bigint, p_to bigint, p_turn bigint, p_first_turn bigint
+        ) RETURNS TABLE (seq bigint, n bigint, turn bigint) LANGUAGE sql STABLE AS $$
+            SELECT x.seq, row_number() OVER w,
+                   CASE WHEN x.pinned THEN -1
+                        ELSE coalesce(p_turn, p_first_turn - 1)
+                             + count(*) FILTER (WHERE x.opens) OVER w
+                   END
+            FROM (
+                SELECT m.seq, m.role IN ('system', 'developer') AS pinned,
+                       m.role = 'user' OR (
+                           p_turn IS NULL AND m.role NOT IN ('system', 'developer')
+                           AND count(*) FILTER (WHERE m.role NOT IN ('system', 'developer'))
+                               OVER (ORDER BY m.seq) = 1
+                       ) AS opens
+                FROM {schema}.messages m
+                WHERE m.sid = p_sid AND m.seq >= p_from AND (p_to IS NULL OR m.seq <= p_to)
+            ) x
+            WINDOW w AS (ORDER BY x.seq)
+        $$
+        """,
+        # Moving rows: seq is unique per session, and checked row by row, so rows first go to
+        # their new place negated (-1 - seq: no row has a negative position), then all turn
+        # positive in a second statement; no row ever takes a position another still holds.
+        #
+        # zerda_untrim: the pinned messages before first_seq (those retention kept) move to
+        # the positions just before it, in order; returns the new first_seq.
+        """
+        CREATE FUNCTION {schema}.zerda_untrim(
+            p_sid bigint, p_first_seq bigint, p_trimmed bigint
+        ) RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            v_moved bigint;
+        BEGIN
+            IF p_trimmed = 0 THEN
+                RETURN p_first_seq;
+            END IF;
+            UPDATE {schema}.messages m SET seq = r.k - r.n - p_first_seq
+                FROM (
+                    SELECT x.seq, row_number() OVER (ORDER BY x.seq) AS n, count(*) OVER () AS k
+                    FROM {schema}.messages x
+                    WHERE x.sid = p_sid AND x.seq >= 0 AND x.seq < p_first_seq
+                ) r
+                WHERE m.sid = p_sid AND m.seq = r.seq;
+            GET DIAGNOSTICS v_moved = ROW_COUNT;
+            UPDATE {schema}.messages m SET seq = -1 - m.seq WHERE m.sid = p_sid AND m.seq < 0;
+            RETURN p_first_seq - v_moved;
+        END
+        $$
+        """,
+        # After an edit: the messages from position p_from on (all of them after the first
+        # one deleted) take the positions from p_from on and their turns again, and the
+        # session row says so, as a write (updated_at, expires_at). A session left without a
+        # turn numbers its turns from 0 again (zerda_append opens the first turn then).
+        """
+        CREATE FUNCTION {schema}.zerda_rewrite(
+            p_sid bigint, p_first_seq bigint, p_first_turn bigint, p_from bigint,
+            p_now double precision, p_expires double precision
+        ) RETURNS void LANGUAGE plpgsql AS $$
+        DECLARE
+            v_turn bigint;
+            v_after bigint;
+            v_last bigint;
+        BEGIN
+            SELECT m.turn INTO v_turn FROM {schema}.messages m
+                WHERE m.sid = p_sid AND m.seq < p_from AND m.turn >= 0
+                ORDER BY m.seq DESC LIMIT 1;
+            UPDATE {schema}.messages m SET seq = -p_from - r.n, turn = r.turn
+                FROM {schema}.zerda_numbered(p_sid, p_from, NULL, v_turn, p_first_turn) r
+                WHERE m.sid = p_sid AND m.seq = r.seq;
+            GET DIAGNOSTICS v_after = ROW_COUNT;
+            UPDATE {schema}.messages m SET seq = -1 - m.seq WHERE m.sid = p_sid AND m.seq < 0;
+            SELECT max(m.turn) INTO v_last FROM {schema}.messages m WHERE m.sid = p_sid;
+            UPDATE {schema}.sessions
+                SET updated_at = p_now, expires_at = p_expires, first_seq = p_first_seq,
+                    next_seq = p_from + v_after, system_trimmed = 0,
+                    first_turn = CASE WHEN v_last >= 0 THEN p_first_turn ELSE 0 END,
+                    next_turn = CASE WHEN v_last >= 0 THEN v_last + 1 ELSE 0 END
+                WHERE sid = p_sid;
+        END
+        $$
+        """,
+        # How many messages it deleted; deleting none writes nothing.
+        """
+        CREATE FUNCTION {schema}.zerda_delete_messages(
+            p_session text, p_now double precision, p_expires double precision, p_ids text[]
+        ) RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            s {schema}.sessions;
+            v_first_seq bigint;
+            v_deleted bigint;
+            v_from bigint;
+        BEGIN
+            s := {schema}.zerda_locked(p_session, p_now);
+            IF s.sid IS NULL OR NOT EXISTS (
+                SELECT 1 FROM {schema}.messages m WHERE m.sid = s.sid AND m.id = ANY (p_ids)
+            ) THEN
+                RETURN 0;
+            END IF;
+            v_first_seq := {schema}.zerda_untrim(s.sid, s.first_seq, s.system_trimmed);
+            WITH gone AS (
+                DELETE FROM {schema}.messages m WHERE m.sid = s.sid AND m.id = ANY (p_ids)
+                RETURNING m.seq
+            )
+            SELECT count(*), min(gone.seq) INTO v_deleted, v_from FROM gone;
+            PERFORM {schema}.zerda_rewrite(s.sid, v_first_seq, s.first_turn, v_from, p_now,
+                                           p_expires);
+            RETURN v_deleted;
+        END
+        $$
+        """,
+        # The newest turn's messages (JSON texts, in order), deleted; the pinned messages
+        # among them stay (they belong to no turn). No turn: an empty array, nothing written.
+        """
+        CREATE FUNCTION {schema}.zerda_pop_turn(
+            p_session text, p_now double precision, p_expires double precision
+        ) RETURNS text[] LANGUAGE plpgsql AS $$
+        DECLARE
+            s {schema}.sessions;
+            v_first_seq bigint;
+            v_from bigint;
+            v_bodies text[];
+        BEGIN
+            s := {schema}.zerda_locked(p_session, p_now);
+            IF s.sid IS NULL OR s.next_turn <= s.first_turn THEN
+                RETURN '{{}}';
+            END IF;
+            v_first_seq := {schema}.zerda_untrim(s.sid, s.first_seq, s.system_trimmed);
+            WITH gone AS (
+                DELETE FROM {schema}.messages m
+                    WHERE m.sid = s.sid AND m.turn = s.next_turn - 1
+                    RETURNING m.seq, coalesce(m.body::text, m.body_text) AS body
+            )
+            SELECT array_agg(gone.body ORDER BY gone.seq), min(gone.seq)
+                INTO v_bodies, v_from FROM gone;
+            PERFORM {schema}.zerda_rewrite(s.sid, v_first_seq, s.first_turn,
+                                           coalesce(v_from, s.next_seq), p_now, p_expires);
+            RETURN coalesce(v_bodies, '{{}}');
+        END
+        $$
+        """,
+        # Replace the body of message p_id if it still is p_expected (the text the caller
+        # read and edited), dropping its token counts. 1: done; 2: the message changed since
+        # it was read (read it again); 0: no such message in a live session.
+        """
+        CREATE FUNCTION {schema}.zerda_edit_message(
+            p_session text, p_now double precision, p_expires double precision,
+            p_id text, p_expected text, p_body text
+        ) RETURNS integer LANGUAGE plpgsql AS $$
+        DECLARE
+            s {schema}.sessions;
+        BEGIN
+            s := {schema}.zerda_locked(p_session, p_now);
+            IF s.sid IS NULL THEN
+                RETURN 0;
+            END IF;
+            UPDATE {schema}.messages m SET body = NULL, body_text = p_body, tokens = NULL
+                WHERE m.sid = s.sid AND m.id = p_id
+                    AND coalesce(m.body::text, m.body_text) = p_expected;
+            IF NOT FOUND THEN
+                RETURN CASE WHEN EXISTS (
+                    SELECT 1 FROM {schema}.messages m WHERE m.sid = s.sid AND m.id = p_id
+                ) THEN 2 ELSE 0 END;
+            END IF;
+            PERFORM {schema}.zerda_rewrite(
+                s.sid, {schema}.zerda_untrim(s.sid, s.first_seq, s.system_trimmed),
+                s.first_turn, s.next_seq, p_now, p_expires);
+            RETURN 1;
+        END
+        $$
+        """,
+        # Copy the source's messages up to p_at (NULL: all; an INSERT ... SELECT of those rows,
+        # numbered from 0) and its metadata into p_target, created (or started afresh) at
+        # p_now. How many messages it copied; -1: no message p_at in the source; -2: the
+        # target holds messages or metadata. A source that is not there (at p_at NULL) copies
+        # nothing and creates nothing. Both session rows are locked, in session_id order, so
+        # that two forks between the same two sessions, opposite ways, queue rather than
+        # deadlock; the source's lock keeps appends out while its rows are copied.
+        """
+        CREATE FUNCTION {schema}.zerda_fork(
+            p_source text, p_target text, p_now double precision, p_expires double precision,
+            p_at text
+        ) RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            src {schema}.sessions;
+            t {schema}.sessions;
+            v_end bigint;
+            v_copied bigint;
+            v_last bigint;
+        BEGIN
+            PERFORM 1 FROM {schema}.sessions WHERE session_id IN (p_source, p_target)
+                ORDER BY session_id FOR UPDATE;
+            src := {schema}.zerda_locked(p_source, p_now);
+            IF p_at IS NOT NULL THEN
+                SELECT m.seq INTO v_end FROM {schema}.messages m
+                    WHERE m.sid = src.sid AND m.id = p_at;
+                IF v_end IS NULL THEN
+                    RETURN -1;
+                END IF;
+            END IF;
+            SELECT * INTO t FROM {schema}.sessions WHERE session_id = p_target;
+            IF FOUND AND (t.expires_at IS NULL OR t.expires_at > p_now) AND (
+                t.next_seq - t.first_seq + t.system_trimmed > 0
+                OR EXISTS (SELECT 1 FROM {schema}.metadata d WHERE d.sid = t.sid)
+            ) THEN
+                RETURN -2;
+            END IF;
+            IF src.sid IS NULL THEN
+                RETURN 0;
+            END IF;
+            -- Creates the target, starts an expired one afresh, or waits for another writer
+            -- creating it (and then finds what that one wrote).
+            t := {schema}.zerda_writable(p_target, p_now);
+            IF t.next_seq - t.first_seq + t.system_trimmed > 0
+                OR EXISTS (SELECT 1 FROM {schema}.metadata d WHERE d.sid = t.sid) THEN
+                RETURN -2;
+            END IF;
+            INSERT INTO {schema}.messages (sid, turn, seq, role, id, body, body_text, tokens)
+                SELECT t.sid, r.turn, r.n - 1, m.role, m.id, m.body, m.body_text, m.tokens
+                FROM {schema}.zerda_numbered(src.sid, 0, v_end, NULL, 0) r
+                JOIN {schema}.messages m ON m.sid = src.sid AND m.seq = r.seq;
+            GET DIAGNOSTICS v_copied = ROW_COUNT;
+            INSERT INTO {schema}.metadata (sid, key, value, cmp, legacy)
+                SELECT t.sid, d.key, d.value, d.cmp, d.legacy
+                FROM {schema}.metadata d WHERE d.sid = src.sid;
+            SELECT max(m.turn) INTO v_last FROM {schema}.messages m WHERE m.sid = t.sid;
+            UPDATE {schema}.sessions
+                SET created_at = p_now, updated_at = p_now, expires_at = p_expires,
+                    next_seq = v_copied, first_seq = 0, next_turn = coalesce(v_last, -1) + 1,
+                    first_turn = 0, system_trimmed = 0
+                WHERE sid = t.sid;
+            RETURN v_copied;
+        END
+        $$
+        """,
+    ]
+
+
 # -- SQL (templates; each store renders them once for its schema) ------------------------------
 
 # The arrays go in binary: psycopg's text format would escape every quote of every JSON body
@@ -698,6 +978,16 @@ _LIST = (
 _DELETE = "SELECT {schema}.zerda_delete(%s, %s)"
 _CLEAR = "TRUNCATE {schema}.messages, {schema}.metadata, {schema}.sessions"
 _PURGE = "SELECT {schema}.zerda_purge(%s)"
+_DELETE_MESSAGES = "SELECT {schema}.zerda_delete_messages(%s, %s, %s::float8, %s::text[])"
+_POP_TURN = "SELECT {schema}.zerda_pop_turn(%s, %s, %s::float8)"
+_FORK = "SELECT {schema}.zerda_fork(%s, %s, %s, %s::float8, %s::text)"
+_MESSAGE = (
+    "SELECT coalesce(m.body::text, m.body_text) FROM {schema}.sessions s"
+    " JOIN {schema}.messages m ON m.sid = s.sid"
+    " WHERE s.session_id = %(session)s AND (s.expires_at IS NULL OR s.expires_at > %(now)s)"
+    " AND m.id = %(id)s"
+)
+_EDIT_MESSAGE = "SELECT {schema}.zerda_edit_message(%s, %s, %s::float8, %s, %s, %s)"
 
 # Migrating: run in one transaction, under an advisory lock per schema, so that processes
 # starting together do not race to create it.
@@ -741,6 +1031,11 @@ class _Sql:
         self.delete = render(_DELETE)
         self.clear = render(_CLEAR)
         self.purge = render(_PURGE)
+        self.delete_messages = render(_DELETE_MESSAGES)
+        self.pop_turn = render(_POP_TURN)
+        self.fork = render(_FORK)
+        self.message = render(_MESSAGE)
+        self.edit_message = render(_EDIT_MESSAGE)
         self.applied = render(_APPLIED)
         self.migrations_table = render(_MIGRATIONS_TABLE)
         self.create_schema = render(_CREATE_SCHEMA)
@@ -1354,6 +1649,65 @@ class _PostgresBase:
         [(count,)] = yield _Query(self._sql.purge, (self._clock(),), "purge expired sessions")
         return int(count)
 
+    # -- editing the log: each one function call, under the session row's lock ------------------
+
+    def _delete_messages(self, session_id: str, ids: Collection[str]) -> _Statements[int]:
+        wanted = check_ids(ids)
+        check_session_id(session_id)
+        now = self._clock()
+        # An id that is not printable text can never be held (Message refuses it), and some
+        # (a NUL character) cannot be sent: they match nothing, as everywhere.
+        params = (session_id, now, self._expires(now), [i for i in wanted if _may_be_held(i)])
+        [(deleted,)] = yield _Query(self._sql.delete_messages, params, "delete messages")
+        return int(deleted)
+
+    def _pop_turn(self, session_id: str) -> _Statements[list[Message]]:
+        check_session_id(session_id)
+        now = self._clock()
+        params = (session_id, now, self._expires(now))
+        [(bodies,)] = yield _Query(self._sql.pop_turn, params, "pop a turn")
+        return [self._decode(body, session_id, remember=False) for body in bodies or ()]
+
+    def _fork(self, session_id: str, new_session_id: str, at: str | None) -> _Statements[int]:
+        check_session_id(new_session_id)
+        check_session_id(session_id)
+        if at is not None and not _may_be_held(at):
+            raise message_not_found(session_id, at)
+        now = self._clock()
+        params = (session_id, new_session_id, now, self._expires(now), at)
+        [(copied,)] = yield _Query(self._sql.fork, params, "fork a session")
+        if copied == -1:
+            raise message_not_found(session_id, str(at))
+        if copied == -2:
+            raise session_exists(new_session_id)
+        return int(copied)
+
+    def _edit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> _Statements[Message]:
+        """Two statements, neither holding a lock while the client works: read the message,
+        then store its edit if the message still reads the same (under the session's lock,
+        with the session's bookkeeping); if it changed meanwhile, edit it again."""
+        check_session_id(session_id)
+        if not _may_be_held(message_id):
+            raise message_not_found(session_id, message_id)
+        while True:
+            now = self._clock()
+            params: Mapping[str, Any] = {"session": session_id, "now": now, "id": message_id}
+            rows = yield _Query(self._sql.message, params, "read a message")
+            if not rows:
+                raise message_not_found(session_id, message_id)
+            [(old,)] = rows
+            new = edited(self._decode(old, session_id, remember=False), content, now)
+            body = new.to_json()
+            edit = (session_id, now, self._expires(now), message_id, old, body)
+            [(outcome,)] = yield _Query(self._sql.edit_message, edit, "edit a message")
+            if outcome == 1:
+                self._decoded.add([body], [new])
+                return new
+            if outcome == 0:
+                raise message_not_found(session_id, message_id)
+
     # -- migrating ------------------------------------------------------------------------------
 
     def _schema_flow(self, on_purpose: bool = False) -> _Statements[tuple[int, int]]:
@@ -1578,6 +1932,12 @@ def _check_counter(counter: str | None) -> str | None:
     return counter
 
 
+def _may_be_held(message_id: object) -> bool:
+    """Whether a session could hold a message of this id: printable text, as Message requires
+    (which also keeps out what Postgres text cannot hold: NUL, lone surrogates)."""
+    return isinstance(message_id, str) and message_id.isprintable()
+
+
 # -- the sync store ---------------------------------------------------------------------------
 
 
@@ -1607,6 +1967,15 @@ class PostgresStore(_PostgresBase, ClosingStore):
     ``ttl`` sets each written session's ``expires_at`` (updated_at + ttl; the TTL of the store
     that wrote last applies); ``purge_expired()`` deletes what has expired. ``max_messages``
     behaves as in :class:`~zerda.stores.InMemoryStore`.
+
+    Editing the log (``delete_messages``, ``pop_turn``, ``fork``, ``edit_message``): each is
+    one function call, one transaction, under the session row's lock like an append, so edits
+    and appends to one session never interleave; positions and turns are renumbered from the
+    first message deleted on (popping the newest turn moves nothing but the pinned messages in
+    it). ``fork`` locks both sessions and copies the source's rows up to ``at`` with one
+    ``INSERT ... SELECT`` (its cost: a copy of those rows and of the metadata).
+    ``edit_message`` takes two statements (read the message, then store its edit only if it
+    still reads the same, else read it again), so no lock is held while the client works.
 
     Every call returns or raises :class:`~zerda.StoreUnavailableError` within ``timeout``
     seconds (+0.25 s), however the server fails: waiting for a connection, connecting,
@@ -1844,6 +2213,23 @@ class PostgresStore(_PostgresBase, ClosingStore):
 
     def purge_expired(self) -> int:
         return self._call(self._purge_expired())
+
+    def delete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        return self._call(self._delete_messages(session_id, ids))
+
+    def pop_turn(self, session_id: str) -> list[Message]:
+        return self._call(self._pop_turn(session_id))
+
+    def fork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        """See :meth:`Store.fork <zerda.stores.Store.fork>`. It costs a copy of the source's
+        rows up to ``at`` (one ``INSERT ... SELECT`` in the call's transaction) and of its
+        metadata rows."""
+        return self._call(self._fork(session_id, new_session_id, at))
+
+    def edit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        return self._call(self._edit_message(session_id, message_id, content))
 
     def close(self) -> None:
         """Close the store (and its pool, if it made it); later calls raise. Idempotent."""
@@ -2094,6 +2480,21 @@ class AsyncPostgresStore(_PostgresBase, AsyncClosingStore):
 
     async def apurge_expired(self) -> int:
         return await self._call(self._purge_expired())
+
+    async def adelete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        return await self._call(self._delete_messages(session_id, ids))
+
+    async def apop_turn(self, session_id: str) -> list[Message]:
+        return await self._call(self._pop_turn(session_id))
+
+    async def afork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        """See :meth:`PostgresStore.fork`: a copy of the source's rows up to ``at``."""
+        return await self._call(self._fork(session_id, new_session_id, at))
+
+    async def aedit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        return await self._call(self._edit_message(session_id, message_id, content))
 
     async def aclose(self) -> None:
         """Close the store (and its pool, if it made it); later calls raise. Idempotent."""

@@ -11,7 +11,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -24,6 +24,7 @@ from zerda.errors import (
     ZerdaError,
 )
 from zerda.messages import PINNED, Message, Role
+from zerda.parts import Part
 from zerda.stores._base import (
     AsyncClosingStore,
     BoundedCache,
@@ -33,13 +34,17 @@ from zerda.stores._base import (
     TokenCounts,
     canonical_json,
     check_batch,
+    check_ids,
     check_retention,
     check_session_id,
     check_timeout,
+    edited,
     empty_tail,
+    message_not_found,
     metadata_copy,
     redact,
     same_json,
+    session_exists,
 )
 
 if TYPE_CHECKING:
@@ -167,16 +172,8 @@ end
 """
 )
 
-# ARGV[3]: expiry in ms ('0': none); ARGV[4]: max messages ('0': keep all); ARGV[5]: messages in
-# the batch; ARGV[6]: new turns in it; ARGV[7]: how many of its messages have an id, then for
-# each the id and its offset in the batch ('s' for a system message). Then its leading system
-# messages and what follows them up to its first user message (both elements, '' for none), one
-# element per new turn, and the entry of each system message of the batch.
-#
-# Returns how many messages it stored: all of them, or none when every one has an id the
-# session holds (a retry). When only some ids are held it writes nothing and returns their
-# numbers (1 for the first id given): the caller sends the batch again without them.
-_APPEND = (
+# What the scripts that write the log share: elements made, cut and merged, entries read.
+_LOG_PRELUDE = (
     _WRITE_PRELUDE
     + """
 local function push(key, items, from, to)
@@ -205,6 +202,62 @@ local function merged(element, piece)
     .. string.sub(piece, at2)
 end
 
+-- The entries of a log element, in order.
+local function split(element)
+  local m, _, at = header(element)
+  local out = {}
+  while true do
+    local nul = string.find(element, '\\0', at, true)
+    if not nul then break end
+    out[#out + 1] = string.sub(element, at, nul - 1)
+    at = nul + 1
+  end
+  out[#out + 1] = string.sub(element, at)
+  if #out ~= m then corrupt('a log element', string.sub(element, 1, 40)) end
+  return out
+end
+
+-- The element holding `entries`, `system_count` of them system messages.
+local function element_of(entries, system_count)
+  return #entries .. ',' .. system_count .. '\\0' .. table.concat(entries, '\\0')
+end
+
+-- An entry's message, decoded (cjson: for what a pattern cannot read).
+local function message(entry)
+  local nl = string.find(entry, '\\n', 1, true)
+  local ok, m = false, nil
+  if nl then ok, m = pcall(cjson.decode, string.sub(entry, nl + 1)) end
+  if not ok or type(m) ~= 'table' or type(m.role) ~= 'string' then
+    corrupt('an entry', string.sub(entry, 1, 60))
+  end
+  return m
+end
+
+-- An entry's role: Message.to_json() writes it first, so a pattern reads it.
+local function role(entry)
+  local nl = string.find(entry, '\\n', 1, true)
+  local r = nl and string.match(entry, '^{"role":"(%a+)"', nl + 1)
+  return r or message(entry).role
+end
+
+local function pinned(r)
+  return r == 'system' or r == 'developer'
+end
+"""
+)
+
+# ARGV[3]: expiry in ms ('0': none); ARGV[4]: max messages ('0': keep all); ARGV[5]: messages in
+# the batch; ARGV[6]: new turns in it; ARGV[7]: how many of its messages have an id, then for
+# each the id and its offset in the batch ('s' for a system message). Then its leading system
+# messages and what follows them up to its first user message (both elements, '' for none), one
+# element per new turn, and the entry of each system message of the batch.
+#
+# Returns how many messages it stored: all of them, or none when every one has an id the
+# session holds (a retry). When only some ids are held it writes nothing and returns their
+# numbers (1 for the first id given): the caller sends the batch again without them.
+_APPEND = (
+    _LOG_PRELUDE
+    + """
 local keep, added, groups = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local named = tonumber(ARGV[7])
 local at = 8 + 2 * named  -- the batch's first element
@@ -275,6 +328,217 @@ if keep > 0 and s.count > keep then
 end
 written(s, ARGV[3])
 return added
+"""
+)
+
+# ARGV[3]: expiry in ms; ARGV[4...]: the ids to delete, each once. Returns how many messages it
+# deleted. What is left is laid out again as if appended in one batch to an empty session (as
+# InMemoryStore rebuilds it): its turns recomputed, every message at its new position, the
+# system messages retention dropped from the log back at its head (strim and base 0).
+_DELETE_MESSAGES = (
+    _LOG_PRELUDE
+    + """
+local s = live()
+if not s then return 0 end
+-- Where the messages to delete are: positions in the history (system messages retention dropped
+-- first, then the log) for the others, by their ids' scores; ids alone for system messages.
+local gone, gone_pinned, wanted = {}, {}, false
+for i = 4, #ARGV do
+  local score = redis.call('ZSCORE', ids, ARGV[i])
+  if score == 'inf' then
+    gone_pinned[ARGV[i]], wanted = true, true
+  elseif score then
+    gone[s.strim + number(score, 'a position') - s.base], wanted = ARGV[i], true
+  end
+end
+if not wanted then return 0 end
+
+local history = {}
+if s.strim > 0 then history = redis.call('LRANGE', system, 0, s.strim - 1) end
+for _, element in ipairs(redis.call('LRANGE', log, 0, -1)) do
+  for _, entry in ipairs(split(element)) do history[#history + 1] = entry end
+end
+
+-- What is left, cut into its leading system messages and its turns.
+local leading, turns, pinned_entries, moved, dropped = {}, {}, {}, {}, {}
+local kept = 0
+for h, entry in ipairs(history) do
+  local r = role(entry)
+  local p = pinned(r)
+  local drop = false
+  if p then
+    if next(gone_pinned) then
+      local id = message(entry).id
+      if type(id) == 'string' and gone_pinned[id] then
+        drop = true
+        dropped[#dropped + 1] = id
+      end
+    end
+  elseif gone[h - 1] then
+    -- The id's score says where its message is; the message says so too, or the data is not
+    -- what this script wrote.
+    if message(entry).id ~= gone[h - 1] then corrupt('the position of id', gone[h - 1]) end
+    drop = true
+  end
+  if not drop then
+    if not p then moved[h - 1] = kept end
+    kept = kept + 1
+    if r == 'user' or (#turns == 0 and not p) then
+      turns[#turns + 1] = {entries = {}, system = 0}
+    end
+    local turn = turns[#turns]
+    if p then pinned_entries[#pinned_entries + 1] = entry end
+    if turn then
+      turn.entries[#turn.entries + 1] = entry
+      if p then turn.system = turn.system + 1 end
+    else
+      leading[#leading + 1] = entry
+    end
+  end
+end
+local removed = #history - kept
+if removed == 0 then return 0 end
+
+-- The ids: those deleted go, the others move to their new positions.
+local scored = {}
+local held = redis.call('ZRANGEBYSCORE', ids, '-inf', '(inf', 'WITHSCORES')
+for i = 1, #held, 2 do
+  local new = moved[s.strim + number(held[i + 1], 'a position') - s.base]
+  if new then
+    scored[#scored + 1] = new
+    scored[#scored + 1] = held[i]
+  else
+    dropped[#dropped + 1] = held[i]
+  end
+end
+for from = 1, #dropped, 1000 do
+  redis.call('ZREM', ids, unpack(dropped, from, math.min(from + 999, #dropped)))
+end
+for from = 1, #scored, 1000 do
+  redis.call('ZADD', ids, unpack(scored, from, math.min(from + 999, #scored)))
+end
+
+local elements = {}
+if #leading > 0 then elements[1] = element_of(leading, #leading) end
+for _, turn in ipairs(turns) do elements[#elements + 1] = element_of(turn.entries, turn.system) end
+redis.call('DEL', log, system)
+push(log, elements, 1, #elements)
+push(system, pinned_entries, 1, #pinned_entries)
+s.count, s.strim, s.base = kept, 0, 0
+if #leading > 0 then s.prelude = 1 else s.prelude = 0 end
+written(s, ARGV[3])
+return removed
+"""
+)
+
+# ARGV[3]: expiry in ms. Removes the newest turn, the last element of the log: its messages go,
+# but for its system messages, which join the element before it (the turn before, or the
+# prelude; they become the prelude when there is neither). Returns the entries removed, in
+# order. O(the turn): the other messages keep their positions, and the system messages that
+# move are scored +inf.
+_POP_TURN = (
+    _LOG_PRELUDE
+    + """
+local s = live()
+if not s then return {} end
+local turns = redis.call('LLEN', log) - s.prelude
+if turns <= 0 then return {} end
+local last = redis.call('LINDEX', log, -1)
+local size = header(last)
+local popped, stay = {}, {}
+for _, entry in ipairs(split(last)) do
+  if pinned(role(entry)) then stay[#stay + 1] = entry else popped[#popped + 1] = entry end
+end
+if #popped == 0 then corrupt('the last element of the log', 'a turn of system messages') end
+-- The ids of its messages: every position from its first message on (system messages: +inf).
+redis.call('ZREMRANGEBYSCORE', ids, s.base + s.count - size, '(inf')
+if #stay == 0 then
+  redis.call('RPOP', log)
+elseif turns > 1 or s.prelude == 1 then
+  redis.call('LSET', log, -2, merged(redis.call('LINDEX', log, -2), element_of(stay, #stay)))
+  redis.call('RPOP', log)
+else
+  redis.call('LSET', log, -1, element_of(stay, #stay))
+  s.prelude = 1
+end
+s.count = s.count - #popped
+written(s, ARGV[3])
+return popped
+"""
+)
+
+# ARGV[3]: expiry in ms; ARGV[4]: the index of the log element holding the message ('' for none:
+# a system message retention dropped from the log); ARGV[5]: its index in the system list (''
+# for none: not a system message); ARGV[6]: its entry as the caller read it; ARGV[7]: the entry
+# to store instead. Returns 1 if it did, 0 if the message is no longer there as read (edited,
+# deleted, or moved since): then the caller reads it again. Ids are unique in a session, so an
+# entry found as read is the very message read; writes that only add to the element holding it
+# do not make the edit read again.
+_EDIT_MESSAGE = (
+    _LOG_PRELUDE
+    + """
+local s = live()
+if not s then return 0 end
+local where, at, old, new = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+-- A system message read outside the log must still be (a delete may have put it back in).
+if where == '' and tonumber(at) >= s.strim then return 0 end
+local element = nil
+if where ~= '' then
+  local raw = redis.call('LINDEX', log, where)
+  if not raw then return 0 end
+  local entries = split(raw)
+  local found = false
+  for i, entry in ipairs(entries) do
+    if entry == old then
+      entries[i], found = new, true
+      break
+    end
+  end
+  if not found then return 0 end
+  local _, system_count = header(raw)
+  element = element_of(entries, system_count)
+end
+if at ~= '' and redis.call('LINDEX', system, at) ~= old then return 0 end
+if element then redis.call('LSET', log, where, element) end
+if at ~= '' then redis.call('LSET', system, at, new) end
+written(s, ARGV[3])
+return 1
+"""
+)
+
+# The second step of a fork, on the new session's keys alone (on a cluster the source may live
+# on another node): ARGV[3]: expiry in ms; ARGV[4]: '1' to create the session, '0' to check it
+# only; ARGV[5]: 1 if the log opens with a prelude; ARGV[6]: messages in the log; ARGV[7]: log
+# elements; ARGV[8]: system entries; ARGV[9]: ids; ARGV[10]: metadata fields; then the log
+# elements, the system entries, each id and its score, and each metadata field and its value.
+# Returns 0 when the session holds messages or metadata (it then writes nothing), else 1.
+_FORK = (
+    _LOG_PRELUDE
+    + """
+local session = live()
+if session then
+  if session.count + session.strim > 0 then return 0 end
+  for _, name in ipairs(redis.call('HKEYS', meta)) do
+    if string.sub(name, 1, 2) == 'm:' then return 0 end
+  end
+end
+if ARGV[4] ~= '1' then return 1 end
+local elements, entries = tonumber(ARGV[7]), tonumber(ARGV[8])
+local named, fields = tonumber(ARGV[9]), tonumber(ARGV[10])
+local s = writable(nil)
+local at = 11
+push(log, ARGV, at, at + elements - 1)
+at = at + elements
+push(system, ARGV, at, at + entries - 1)
+at = at + entries
+for from = at, at + 2 * named - 1, 1000 do
+  redis.call('ZADD', ids, unpack(ARGV, from, math.min(from + 999, at + 2 * named - 1)))
+end
+at = at + 2 * named
+for i = at, at + 2 * fields - 1, 2 do redis.call('HSET', meta, ARGV[i], ARGV[i + 1]) end
+s.prelude, s.count = tonumber(ARGV[5]), tonumber(ARGV[6])
+written(s, ARGV[3])
+return 1
 """
 )
 
@@ -406,6 +670,10 @@ SCRIPTS: dict[str, str] = {
     "delete": _DELETE,
     "purge": _PURGE,
     "info": _INFO,
+    "delete_messages": _DELETE_MESSAGES,
+    "pop_turn": _POP_TURN,
+    "edit_message": _EDIT_MESSAGE,
+    "fork": _FORK,
 }
 _SHAS = {name: hashlib.sha1(source.encode()).hexdigest() for name, source in SCRIPTS.items()}
 
@@ -1190,6 +1458,140 @@ class _RedisBase:
         reply = yield _Call("delete", self._keys(session_id), self._clocked())
         return bool(reply)
 
+    # -- editing the log ------------------------------------------------------------------------
+
+    def _delete_messages(self, session_id: str, ids: Collection[str]) -> _Flow[int]:
+        """One script: the messages go, what is left is laid out again (O(the session))."""
+        wanted = list(dict.fromkeys(check_ids(ids)))
+        keys = self._keys(session_id)
+        if not wanted:
+            return 0
+        reply = yield _Call("delete_messages", keys, (*self._clocked(), self._expire_arg, *wanted))
+        return int(reply)
+
+    def _pop_turn(self, session_id: str) -> _Flow[list[Message]]:
+        """One script, O(the newest turn)."""
+        reply = yield _Call(
+            "pop_turn", self._keys(session_id), (*self._clocked(), self._expire_arg)
+        )
+        return [self._entry(raw, session_id, remember=False)[0] for raw in reply]
+
+    def _edit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> _Flow[Message]:
+        """Read the message, edit it here (``edited`` checks the content and stamps it), then
+        store it with a script that does so only if the message is still there as read; else
+        read it again. Two round trips; an edit or delete in between is never overwritten."""
+        keys = self._keys(session_id)
+        while True:
+            found = yield from self._find(session_id, keys, message_id)
+            if found is None:
+                raise message_not_found(session_id, message_id)
+            old, message, where, at = found
+            now = self._clock()
+            new = edited(message, content, now)
+            entry = f"\n{new.to_json()}".encode()  # its token counts dropped
+            args = (
+                repr(float(now)),
+                self._ttl_arg,
+                self._expire_arg,
+                "" if where is None else where,
+                "" if at is None else at,
+                old,
+                entry,
+            )
+            if int((yield _Call("edit_message", keys, args))):
+                self._remember([entry], [new], [None])
+                return new
+
+    def _find(
+        self, session_id: str, keys: Sequence[str], message_id: str
+    ) -> _Flow[tuple[bytes | str, Message, int | None, int | None] | None]:
+        """The message ``message_id`` of the session, read in one MULTI/EXEC: its stored entry,
+        the message, the index of the log element holding it and its index in the system list
+        (``None`` for none); ``None`` when the session holds no such message."""
+        meta, log, system = keys[:3]
+        replies = yield _Multi(
+            (("HMGET", meta, "updated", "strim"), ("LRANGE", system, 0, -1), ("LRANGE", log, 0, -1))
+        )
+        fields = self._meta(session_id, replies[0])
+        if fields is None:
+            return None
+        strim = fields[0]
+        for at, raw in enumerate(replies[1][:strim]):
+            message = self._entry(raw, session_id, remember=False)[0]
+            if message.id == message_id:
+                return raw, message, None, at
+        pinned = strim  # the system list's index of the next system message in the log
+        for where, raw in enumerate(replies[2]):
+            turn = self._element(raw, session_id, remember=False)
+            for i, message in enumerate(turn.every):
+                is_pinned = message.role in PINNED
+                if message.id == message_id:
+                    return _parts(raw)[i + 1], message, where, pinned if is_pinned else None
+                pinned += is_pinned
+        return None
+
+    def _fork(self, session_id: str, new_session_id: str, at: str | None) -> _Flow[int]:
+        """Two steps, as the sessions may live on two nodes of a cluster: the source's log,
+        counts and metadata read in one MULTI/EXEC (one instant), then the new session written
+        by one script that first checks it holds nothing (at once, or not at all)."""
+        target = self._keys(new_session_id)
+        meta, log, system = self._keys(session_id)[:3]
+        replies = yield _Multi(
+            (("HGETALL", meta), ("LRANGE", system, 0, -1), ("LRANGE", log, 0, -1))
+        )
+        fields = _pairs(replies[0])
+        state = self._meta(session_id, [fields.get(name) for name in self._state_fields])
+        raws: list[bytes | str] = []
+        messages: list[Message] = []
+        if state is not None:
+            for raw in replies[1][: state[1]]:  # system messages retention dropped
+                raws.append(raw)
+                messages.append(self._entry(raw, session_id, remember=False)[0])
+            for raw in replies[2]:
+                raws.extend(_parts(raw)[1:])
+                messages.extend(self._element(raw, session_id, remember=False).every)
+        end = len(messages)
+        if at is not None:
+            end = next((i + 1 for i, m in enumerate(messages) if m.id == at), 0)
+            if not end:
+                raise message_not_found(session_id, at)
+        del messages[end:]
+        entries = [raw if isinstance(raw, bytes) else raw.encode() for raw in raws[:end]]
+        # The copy laid out as an append of it to an empty session would lay it out.
+        groups, pieces = self._pieces(messages, entries)
+        elements = [p for p in pieces[:2] if p] + pieces[2 : 2 + groups]
+        pinned = pieces[2 + groups :]
+        named: list[Arg] = []
+        for i, m in enumerate(messages):
+            if m.id is not None:
+                named += ("inf" if m.role in PINNED else i, m.id)
+        copied: list[Arg] = []
+        if state is not None:
+            prefix = self._metadata_prefix
+            for name, value in fields.items():
+                if name[:2] == prefix:
+                    copied += (name, value)
+        args = (
+            *self._clocked(),
+            self._expire_arg,
+            "0" if state is None else "1",
+            1 if pieces[0] else 0,
+            len(messages),
+            len(elements),
+            len(pinned),
+            len(named) // 2,
+            len(copied) // 2,
+            *elements,
+            *pinned,
+            *named,
+            *copied,
+        )
+        if not int((yield _Call("fork", target, args))):
+            raise session_exists(new_session_id)
+        return len(messages)
+
     def _clear(self) -> _Flow[None]:
         # Every key of the prefix, meta or not: remains of evicted sessions go too.
         found = yield _Scan(f"{self._head}*}}:*")
@@ -1257,6 +1659,12 @@ class RedisStore(_RedisBase, ClosingStore):
     JSON, compared as text, or as JSON values when the texts differ. Every call is one round
     trip, but listing, clearing and purging (and an append of a batch the session holds part
     of: the script stores nothing and names the held ids, and the rest goes again).
+
+    Editing the log: ``delete_messages`` and ``pop_turn`` are one script each.
+    ``edit_message`` reads the message, edits it here and stores it by a script that first
+    checks it is still there as read (else it reads again); ``fork`` reads the source in one
+    MULTI/EXEC and writes the new session by one script (on a cluster the two may live on two
+    nodes), so the copy is the source as it was at one instant.
 
     Keys are ``{prefix}:{session_id}:meta|log|system|ids``: the braces keep a session in one
     hash slot, so on a cluster every script and MULTI/EXEC runs on one node. Listing, clearing
@@ -1382,6 +1790,38 @@ class RedisStore(_RedisBase, ClosingStore):
 
     def delete_session(self, session_id: str) -> bool:
         return self._drive(self._delete_session(session_id), f"delete {session_id!r}")
+
+    def delete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        """One script: the messages go with their counts and ids, and what is left is laid
+        out again (its turns recomputed); O(the session), like a history read."""
+        return self._drive(
+            self._delete_messages(session_id, ids), f"delete messages of {session_id!r}"
+        )
+
+    def pop_turn(self, session_id: str) -> list[Message]:
+        """One script, O(the newest turn)."""
+        return self._drive(self._pop_turn(session_id), f"pop a turn of {session_id!r}")
+
+    def fork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        """Two atomic steps, as the two sessions may live on two nodes of a cluster: the
+        source's log, token counts and metadata are read at one instant (one MULTI/EXEC), then
+        the new session is written at once by one script, which writes nothing and raises
+        :class:`~zerda.SessionExistsError` if it holds messages or metadata by then. A write to
+        the source between the two steps is not in the copy."""
+        return self._drive(
+            self._fork(session_id, new_session_id, at),
+            f"fork {session_id!r} into {new_session_id!r}",
+        )
+
+    def edit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        """The message read (one MULTI/EXEC) and edited here, then stored by one script only
+        if it is still there as read (else read again): a concurrent edit or delete is never
+        overwritten."""
+        return self._drive(
+            self._edit_message(session_id, message_id, content), f"edit {session_id!r}"
+        )
 
     def clear(self) -> None:
         self._drive(self._clear(), "clear")
@@ -1533,6 +1973,29 @@ class AsyncRedisStore(_RedisBase, AsyncClosingStore):
 
     async def adelete_session(self, session_id: str) -> bool:
         return await self._drive(self._delete_session(session_id), f"delete {session_id!r}")
+
+    async def adelete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        return await self._drive(
+            self._delete_messages(session_id, ids), f"delete messages of {session_id!r}"
+        )
+
+    async def apop_turn(self, session_id: str) -> list[Message]:
+        return await self._drive(self._pop_turn(session_id), f"pop a turn of {session_id!r}")
+
+    async def afork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        """:meth:`RedisStore.fork`: the source read at one instant, then the new session
+        written at once."""
+        return await self._drive(
+            self._fork(session_id, new_session_id, at),
+            f"fork {session_id!r} into {new_session_id!r}",
+        )
+
+    async def aedit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        return await self._drive(
+            self._edit_message(session_id, message_id, content), f"edit {session_id!r}"
+        )
 
     async def aclear(self) -> None:
         await self._drive(self._clear(), "clear")

@@ -9,7 +9,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
@@ -22,6 +22,7 @@ from zerda.errors import (
     ZerdaError,
 )
 from zerda.messages import PINNED, Message, Role
+from zerda.parts import Part
 from zerda.stores._base import (
     AsyncClosingStore,
     BoundedCache,
@@ -33,14 +34,18 @@ from zerda.stores._base import (
     ThreadedAsync,
     TokenCounts,
     check_batch,
+    check_ids,
     check_retention,
     check_session_id,
     check_timeout,
     decode_metadata,
+    edited,
     empty_tail,
+    message_not_found,
     metadata_copy,
     new_ids,
     same_json,
+    session_exists,
 )
 
 __all__ = ["MIGRATIONS", "AsyncSQLiteStore", "SQLiteStore"]
@@ -153,6 +158,48 @@ _LIST = (
     "ORDER BY session_id"
 )
 _EXPIRED = "SELECT sid FROM sessions WHERE updated_at + ? <= ?"
+
+# Editing the log (issue #16). An edit keeps the invariants the reads rely on: positions from
+# first_seq to next_seq are contiguous, turns from first_turn to next_turn are contiguous (both
+# 0 when no turn is left), and only system rows sit before first_seq (system_trimmed of them).
+_BY_ID = "SELECT turn, seq, body FROM messages WHERE sid = ? AND id = ?"
+_SEQS_OF_IDS = "SELECT seq FROM messages WHERE sid = ? AND id IN (SELECT value FROM json_each(?))"
+_TURN_START = "SELECT min(seq) FROM messages WHERE sid = ? AND turn = ?"
+# The turn rows from the newest back, and the system rows from a position on.
+_TURN_ROWS_BACK = (
+    "SELECT turn, seq, role, body, tokens, id FROM messages WHERE sid = ? AND turn >= 0 "
+    "ORDER BY turn DESC, seq DESC"
+)
+_SYSTEM_ROWS_FROM = (
+    "SELECT turn, seq, role, body, tokens, id FROM messages "
+    "WHERE sid = ? AND turn = -1 AND seq >= ? ORDER BY seq"
+)
+_TRIMMED_SYSTEM = "SELECT seq FROM messages WHERE sid = ? AND turn = -1 AND seq < ? ORDER BY seq"
+_DROP_ROW = "DELETE FROM messages WHERE sid = ? AND turn = ? AND seq = ?"
+_MOVE_SYSTEM = "UPDATE messages SET seq = ? WHERE sid = ? AND turn = -1 AND seq = ?"
+_EDIT_ROW = "UPDATE messages SET body = ?, tokens = NULL WHERE sid = ? AND turn = ? AND seq = ?"
+_AFTER_EDIT = (
+    "UPDATE sessions SET updated_at = ?, next_seq = ?, first_seq = ?, next_turn = ?, "
+    "first_turn = ?, system_trimmed = ? WHERE sid = ?"
+)
+# A fork's rows, renumbered from 0: the trimmed system rows one by one, then the source's log
+# from first_seq up to a position, shifted (turns counted from first_turn).
+_COPY_TRIMMED = (
+    "INSERT INTO messages (sid, turn, seq, role, body, tokens, id) "
+    "SELECT ?, turn, ?, role, body, tokens, id FROM messages "
+    "WHERE sid = ? AND turn = -1 AND seq = ?"
+)
+_COPY_ROWS = (
+    "INSERT INTO messages (sid, turn, seq, role, body, tokens, id) "
+    "SELECT ?, CASE WHEN turn < 0 THEN turn ELSE turn - ? END, seq - ?, role, body, tokens, id "
+    "FROM messages WHERE sid = ? AND seq >= ? AND seq <= ?"
+)
+_NEXT_TURN = "SELECT coalesce(max(turn) + 1, 0) FROM messages WHERE sid = ?"
+_FORKED = (
+    "UPDATE sessions SET created_at = ?, updated_at = ?, metadata = ?, next_seq = ?, "
+    "first_seq = 0, next_turn = ?, first_turn = 0, system_trimmed = 0 WHERE sid = ?"
+)
+_PINNED_ROLES = frozenset(role.value for role in PINNED)
 
 
 class _Row(NamedTuple):
@@ -658,6 +705,177 @@ class SQLiteStore(ClosingStore):
             db.execute(_DROP_MESSAGES, (row.sid,))
             db.execute(_DROP_SESSION, (row.sid,))
             return not self._expired(row, self._clock())
+
+    # -- editing the log (issue #16): each in one write transaction -------------------------
+
+    def delete_messages(self, session_id: str, ids: Collection[str]) -> int:
+        wanted = check_ids(ids)
+        check_session_id(session_id)
+        if not wanted:
+            return 0
+        with self._write("delete messages") as db:
+            row = self._live(db, session_id)
+            if row is None:
+                return 0
+            seqs = {seq for (seq,) in db.execute(_SEQS_OF_IDS, (row.sid, json.dumps(wanted)))}
+            if not seqs:
+                return 0  # nothing changed: not a write
+            start = min((seq for seq in seqs if seq >= row.first_seq), default=None)
+            self._rewrite(db, row, self._clock(), lambda _, seq: seq in seqs, start)
+            return len(seqs)
+
+    def pop_turn(self, session_id: str) -> list[Message]:
+        check_session_id(session_id)
+        with self._write("pop a turn") as db:
+            row = self._live(db, session_id)
+            if row is None or row.next_turn == row.first_turn:
+                return []
+            (start,) = db.execute(_TURN_START, (row.sid, row.next_turn - 1)).fetchone()
+            # From the newest turn's start on, every row but the system ones is that turn's.
+            bodies = self._rewrite(
+                db, row, self._clock(), lambda turn, _: turn != SYSTEM_TURN, start
+            )
+        return [self._decode(body, session_id, remember=False) for body in bodies]
+
+    def fork(self, session_id: str, new_session_id: str, at: str | None = None) -> int:
+        check_session_id(new_session_id)
+        check_session_id(session_id)
+        with self._write("fork a session") as db:
+            now = self._clock()
+            source = self._live(db, session_id)
+            end: int | None = None  # the last position copied (None: all of them)
+            if at is not None:
+                found = None
+                if source is not None and isinstance(at, str):
+                    found = db.execute(_BY_ID, (source.sid, at)).fetchone()
+                if found is None:
+                    raise message_not_found(session_id, at)
+                end = found[1]
+            target = self._session(db, new_session_id)
+            if target is not None and not self._expired(target, now):
+                held = target.next_seq - target.first_seq + target.system_trimmed
+                if held or self._metadata(target.metadata, new_session_id):
+                    raise session_exists(new_session_id)
+            if source is None:
+                return 0
+            if target is None:
+                sid = db.execute(_NEW_SESSION, (new_session_id, now, now)).lastrowid
+                assert sid is not None
+            else:  # an expired or an empty session: started afresh
+                sid = target.sid
+                db.execute(_DROP_MESSAGES, (sid,))
+            first = source.first_seq
+            if end is None:
+                end = source.next_seq
+            trimmed = [
+                seq
+                for (seq,) in db.execute(_TRIMMED_SYSTEM, (source.sid, first)).fetchall()
+                if seq <= end
+            ]
+            db.executemany(
+                _COPY_TRIMMED, [(sid, i, source.sid, seq) for i, seq in enumerate(trimmed)]
+            )
+            shift = first - len(trimmed)
+            copy = (sid, source.first_turn, shift, source.sid, first, end)
+            copied = len(trimmed) + db.execute(_COPY_ROWS, copy).rowcount
+            (next_turn,) = db.execute(_NEXT_TURN, (sid,)).fetchone()
+            db.execute(_FORKED, (now, now, source.metadata, copied, next_turn, sid))
+            return copied
+
+    def edit_message(
+        self, session_id: str, message_id: str, content: str | tuple[Part, ...] | None
+    ) -> Message:
+        check_session_id(session_id)
+        with self._write("edit a message") as db:
+            row = self._live(db, session_id)
+            found = None
+            if row is not None and isinstance(message_id, str):
+                found = db.execute(_BY_ID, (row.sid, message_id)).fetchone()
+            if row is None or found is None:
+                raise message_not_found(session_id, message_id)
+            turn, seq, body = found
+            now = self._clock()
+            new = edited(self._decode(body, session_id), content, now)
+            text = new.to_json()
+            # The cache is keyed by stored text: the old text still decodes to the old message,
+            # and no row holds it any more.
+            db.execute(_EDIT_ROW, (text, row.sid, turn, seq))
+            self._rewrite(db, row, now, lambda _, __: False, None)
+        self._decoded.add([text], [new])
+        return new
+
+    def _rewrite(
+        self,
+        db: sqlite3.Connection,
+        row: _Row,
+        now: float,
+        drop: Callable[[int, int], bool],
+        start: int | None,
+    ) -> list[str]:
+        """Finish an edit of the log, in its write transaction: delete the rows that ``drop``
+        picks (by turn and position), number what is left from ``start`` (the first position
+        of the log the edit touches; ``None``: none) on as appending it would, and stamp the
+        session written at ``now``. Returns the bodies of the rows dropped from ``start`` on,
+        in order. The work is the rows from ``start`` on, plus the trimmed system rows.
+
+        As in InMemoryStore, which rebuilds a session from its history, the system messages
+        that retention kept ahead of the log join it again, just before its first message: a
+        later trim counts them and may trim them again.
+        """
+        sid = row.sid
+        first_seq, system_trimmed = row.first_seq, row.system_trimmed
+        if system_trimmed:
+            kept: list[int] = []
+            for (seq,) in db.execute(_TRIMMED_SYSTEM, (sid, first_seq)).fetchall():
+                if drop(SYSTEM_TURN, seq):
+                    db.execute(_DROP_ROW, (sid, SYSTEM_TURN, seq))
+                else:
+                    kept.append(seq)
+            first_seq -= len(kept)
+            # Each moves up (or stays), to first_seq + i; highest first, onto freed places.
+            moves = [(first_seq + i, sid, seq) for i, seq in enumerate(kept)]
+            db.executemany(_MOVE_SYSTEM, [m for m in reversed(moves) if m[0] != m[2]])
+            system_trimmed = 0
+        next_seq, next_turn, first_turn = row.next_seq, row.next_turn, row.first_turn
+        dropped: list[str] = []
+        if start is not None:
+            # Turns only grow with positions: walking the turn rows back from the newest meets
+            # every row from start on, then the last row before it, whose turn goes on.
+            later: list[Any] = []
+            turn: int | None = None
+            cursor = db.execute(_TURN_ROWS_BACK, (sid,))
+            for r in cursor:
+                if r[1] < start:
+                    turn = r[0]
+                    break
+                later.append(r)
+            cursor.close()
+            later.reverse()
+            system_rows = db.execute(_SYSTEM_ROWS_FROM, (sid, start)).fetchall()
+            if system_rows:
+                later = list(heapq.merge(later, system_rows, key=lambda r: r[1]))
+            db.executemany(_DROP_ROW, [(sid, r[0], r[1]) for r in later])
+            rows: list[tuple[object, ...]] = []
+            for old_turn, old_seq, role, body, tokens, message_id in later:
+                if drop(old_turn, old_seq):
+                    dropped.append(body)
+                    continue
+                if role in _PINNED_ROLES:
+                    at = SYSTEM_TURN
+                else:
+                    if role == "user" or turn is None:
+                        turn = first_turn if turn is None else turn + 1
+                    at = turn
+                rows.append((sid, at, start + len(rows), role, body, tokens, message_id))
+            db.executemany(_INSERT, rows)
+            next_seq = start + len(rows)
+            next_turn = first_turn if turn is None else turn + 1
+        if next_turn == first_turn:  # no turn is left: number them from 0, as a new session
+            next_turn = first_turn = 0
+        db.execute(
+            _AFTER_EDIT, (now, next_seq, first_seq, next_turn, first_turn, system_trimmed, sid)
+        )
+        return dropped
 
     def clear(self) -> None:
         with self._write("clear") as db:

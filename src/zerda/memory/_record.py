@@ -1,0 +1,88 @@
+"""The summary record in a session's metadata, and how an edit of the log forgets it.
+
+The record lives under :data:`SUMMARY_KEY`; summary memories write it (folds, by
+compare-and-set), and every memory's edits forget it (:func:`forget_summary`): a summary made
+of a message that was deleted or edited would keep the removed text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from zerda.memory._flow import CompareAndSet, Flow, ReadTail
+from zerda.stores._base import Tail
+
+__all__ = ["SUMMARY_KEY", "Stored", "drop_summary_past", "dropped", "forget_summary"]
+
+SUMMARY_KEY = "zerda.summary"
+"""The session metadata key holding ``{"text", "turns", "updated_at"}``: the summary and how
+many turns, counted from the session's first, it covers (its watermark)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The summary state a tail carried: ``raw`` as stored (what a fold compares and sets),
+    and what it says."""
+
+    raw: Any = None
+    text: str = ""
+    turns: int = 0
+    updated_at: float | None = None
+
+    @classmethod
+    def of(cls, metadata: Mapping[str, Any]) -> Stored:
+        raw = metadata.get(SUMMARY_KEY)
+        if not isinstance(raw, dict):
+            return cls(raw)
+        text, turns = raw.get("text"), raw.get("turns")
+        if not isinstance(text, str) or not isinstance(turns, int) or turns < 0:
+            return cls(raw)
+        at = raw.get("updated_at")
+        return cls(raw, text, turns, float(at) if isinstance(at, (int, float)) else None)
+
+
+def dropped() -> dict[str, Any]:
+    """What replaces a summary an edit made wrong: no text, no turn (folds start over)."""
+    return {"text": "", "turns": 0, "updated_at": time.time()}
+
+
+def forget_summary(session_id: str, first_turn: int, *, mark_absent: bool) -> Flow[bool]:
+    """After an edit of turns ``first_turn`` on (counted from the session's first): drop the
+    session's summary if it covers any of them, else mark it, so that a fold another worker
+    made from the log before the edit fails its compare-and-set and reads again. Whether a
+    summary was dropped.
+
+    A session with no summary is left as it is, unless ``mark_absent`` (a summary memory's
+    edit): then an empty record is written, which a fold that started before the edit, from
+    no summary, cannot overwrite.
+    """
+    while True:
+        tail: Tail = yield ReadTail(session_id, 0, None)
+        stored = Stored.of(tail.metadata)
+        if stored.raw is None and not mark_absent:
+            return False
+        covered = bool(stored.text) and stored.turns > first_turn
+        replacement: dict[str, Any]
+        if covered or not isinstance(stored.raw, dict):
+            replacement = dropped()
+        else:
+            edits = stored.raw.get("edits")
+            count = edits if isinstance(edits, int) and not isinstance(edits, bool) else 0
+            replacement = {**stored.raw, "edits": count + 1}
+        if (yield CompareAndSet(session_id, SUMMARY_KEY, stored.raw, replacement)):
+            return covered
+
+
+def drop_summary_past(session_id: str) -> Flow[None]:
+    """Drop the summary of a session forked at a message if it reaches its last turn, which
+    the fork may have cut short (a conservative test: the summary is made again)."""
+    while True:
+        tail: Tail = yield ReadTail(session_id, 0, None)
+        stored = Stored.of(tail.metadata)
+        if stored.raw is None or stored.turns < tail.total_turns:
+            return
+        if (yield CompareAndSet(session_id, SUMMARY_KEY, stored.raw, dropped())):
+            return
