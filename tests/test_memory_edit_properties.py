@@ -13,6 +13,7 @@ The model is the list of messages the session should hold. After every step:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from _validators import validate_openai_chat
+from services import RUN_ID, require_postgres, require_redis
 from zerda import ApproxCounter, Message, to_openai
 from zerda.memory import (
     BaseMemory,
@@ -67,6 +69,7 @@ def make(kind: str, store: Store, session_id: str) -> BaseMemory[Any]:
 
 
 _words = itertools.count()
+_sessions = itertools.count()
 SECRET = re.compile(r"w\d{6}x")
 
 
@@ -81,8 +84,8 @@ class EditMachine(RuleBasedStateMachine):
 
     @initialize()
     def start(self) -> None:
-        self.store = type(self).store_factory()
-        self.memory = make(self.kind, self.store, "s")
+        self.store = type(self).store_factory()  # shared by the examples: a session each
+        self.memory = make(self.kind, self.store, f"s{next(_sessions)}")
         self.model: list[Message] = []
         self.gone: set[str] = set()  # words deleted or edited away
         self.calls = itertools.count()
@@ -158,7 +161,7 @@ class EditMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def fork_and_switch(self, data: st.DataObject) -> None:
         at = data.draw(st.sampled_from([None, *self.model]))
-        new_id = f"s{next(self.calls)}"
+        new_id = f"s{next(_sessions)}"
         branch = self.memory.fork(new_id, at=None if at is None else at.id)
         assert type(branch) is type(self.memory)
         end = len(self.model) if at is None else self.model.index(at) + 1
@@ -210,33 +213,56 @@ def _newest_turn_start(model: Sequence[Message]) -> int | None:
     return first
 
 
-@pytest.fixture
-def sqlite_path(tmp_path: Path) -> Iterator[Path]:
-    return tmp_path / "edits.sqlite3"
-
-
 KINDS = ["buffer", "window", "token", "summary_buffer", "summary"]
 
 
+@contextlib.contextmanager
+def opened(backend: str, tmp_path: Path) -> Iterator[Store]:
+    """One store of ``backend`` for a test (the examples keep to sessions of their own), and
+    what it left removed after."""
+    if backend == "memory":
+        yield InMemoryStore()
+    elif backend == "sqlite":
+        store = SQLiteStore(tmp_path / "edits.sqlite3")
+        yield store
+        store.close()
+    elif backend == "redis":
+        from zerda.stores import RedisStore
+
+        redis_store = RedisStore(require_redis(), prefix=f"{RUN_ID}ed{next(_sessions)}")
+        yield redis_store
+        redis_store.clear()
+        redis_store.close()
+    else:
+        import psycopg
+
+        from zerda.stores import PostgresStore
+
+        dsn, schema = require_postgres(), f"{RUN_ID}ed{next(_sessions)}"
+        pg_store = PostgresStore(dsn, schema=schema)
+        yield pg_store
+        pg_store.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# The servers cost a round trip a call: fewer examples there, on every kind all the same.
+EXAMPLES = {"memory": 25, "sqlite": 20, "redis": 10, "postgres": 8}
+
+
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("backend", list(EXAMPLES))
 def test_edits_against_the_model(kind: str, backend: str, tmp_path: Path) -> None:
-    paths = itertools.count()
-
-    def store() -> Store:
-        if backend == "memory":
-            return InMemoryStore()
-        return SQLiteStore(tmp_path / f"edits{next(paths)}.sqlite3")
-
-    machine = type(
-        f"Edits_{kind}_{backend}",
-        (EditMachine,),
-        {"kind": kind, "store_factory": staticmethod(store)},
-    )
-    machine.TestCase.settings = settings(
-        max_examples=25,
-        stateful_step_count=20,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-    machine.TestCase().runTest()
+    with opened(backend, tmp_path) as store:
+        machine = type(
+            f"Edits_{kind}_{backend}",
+            (EditMachine,),
+            {"kind": kind, "store_factory": staticmethod(lambda: store)},
+        )
+        machine.TestCase.settings = settings(
+            max_examples=EXAMPLES[backend],
+            stateful_step_count=20,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        machine.TestCase().runTest()
