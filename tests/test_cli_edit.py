@@ -7,12 +7,12 @@ import io
 import json
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from test_cli_replay import Out as ReplayOut
 from zerda import ApproxCounter, Message, Role, ToolCall
 from zerda.cli import main
 from zerda.memory import ConversationSummaryBufferMemory
@@ -56,20 +56,8 @@ def ids_of(messages: list[Message]) -> list[str | None]:
     return [m.id for m in messages]
 
 
-@dataclass
-class Out:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-    def ok(self) -> Out:
-        assert self.code == 0, self.err
-        assert self.err == "", self.err
-        return self
+class Out(ReplayOut):
+    """What a run printed (see test_cli_replay), and the one-line error of a failed edit."""
 
     def failed(self, *expected: str) -> str:
         """The one-line error of a command that failed with status 1 and printed nothing."""

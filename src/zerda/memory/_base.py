@@ -137,6 +137,15 @@ class _View:
         ends = [*starts[1:], len(self.tail.messages)]
         return sum(1 for begin, end in zip(starts, ends, strict=True) if end > begin)
 
+    def tokens_by_part(self) -> dict[str, int]:
+        """Where the context's tokens go (with the reply priming, ``context_tokens``)."""
+        return {
+            "system": self.system_tokens,
+            "summary": self.summary_tokens,
+            "tools": self.tools_tokens,
+            "turns": self.turn_tokens,
+        }
+
     def repair_counts(self) -> dict[str, int]:
         """What repair did to the turns in the context, by kind."""
         first = bisect.bisect_left(self.tail.turn_starts, self.start)

@@ -48,14 +48,24 @@ _OPERATIONS = {
 }
 
 
+_tracers: list[Any] = []  # the tracer, once a provider is set (it is set once per process)
+_UNKNOWN = object()
+
+
 def _tracer() -> Any:
-    """The tracer, or ``None`` when no tracer provider is set (or OpenTelemetry is absent)."""
-    if trace is None:
+    """The tracer, or ``None`` when no tracer provider is set (or OpenTelemetry is absent).
+
+    Every memory call asks: with no provider set, the answer costs an attribute read (the
+    API's global, ``None`` until ``set_tracer_provider``), not the API's lookup."""
+    if _tracers:
+        return _tracers[0]
+    if trace is None or getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None:
         return None
     provider = trace.get_tracer_provider()
     if isinstance(provider, ProxyTracerProvider):  # nothing configured: no-op spans
         return None
-    return provider.get_tracer("zerda.memory")
+    _tracers.append(provider.get_tracer("zerda.memory"))
+    return _tracers[0]
 
 
 @contextmanager
@@ -103,12 +113,7 @@ def log_context(kind: str, session_id: str, view: _View) -> None:
         "session": session_id,
         "memory": kind,
         "context_tokens": view.context_tokens if view.error is None else 0,
-        "tokens_by_part": {
-            "system": view.system_tokens,
-            "summary": view.summary_tokens,
-            "tools": view.tools_tokens,
-            "turns": view.turn_tokens,
-        },
+        "tokens_by_part": view.tokens_by_part(),
         "turns_kept": shown,
         "turns_evicted": view.tail.total_turns - shown,
         "repairs": view.repairs_made(),

@@ -242,12 +242,7 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
             "token_limit": self.max_token_limit,
             "reserve_tokens": self.reserve_tokens,
             "context_tokens": view.context_tokens if view.error is None else 0,
-            "tokens_by_part": {
-                "system": view.system_tokens,
-                "summary": view.summary_tokens,
-                "tools": view.tools_tokens,
-                "turns": view.turn_tokens,
-            },
+            "tokens_by_part": view.tokens_by_part(),
             "turns_in_context": in_context,
             "turns_evicted": view.tail.total_turns - in_context,
             "budget_used": (view.context_tokens / self.budget) if view.error is None else 0.0,
