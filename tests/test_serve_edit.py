@@ -119,3 +119,21 @@ def test_a_deleted_message_leaves_the_summary_over_the_api(live: Live) -> None:
         assert r.status_code == 200, r.text
         assert "4111" not in r.text
     assert "4111" not in str(live.store.get_metadata("acme:s"))
+
+
+def test_the_server_keeps_a_memory_per_session_and_setting(live: Live) -> None:
+    """Reads reuse the memory of their session and settings, and stay exact after an edit
+    made between them."""
+    service = live.server.config.app.state.service
+    a = service.memory_for("acme:s", {"token_limit": "60", "counter": "approx"})
+    assert service.memory_for("acme:s", {"token_limit": "60", "counter": "approx"}) is a
+    assert service.memory_for("acme:s", {"token_limit": "61", "counter": "approx"}) is not a
+    assert service.memory_for("other:s", {"token_limit": "60", "counter": "approx"}) is not a
+    with live.client(key_for(live, "acme")) as http:
+        ids = seed(http)
+        params = {"token_limit": 200, "counter": "approx"}
+        before = http.get("/v1/sessions/s/context", params=params).json()["messages"]
+        assert len(before) == 6
+        http.delete(f"/v1/sessions/s/messages/{ids[1]}")  # the call and its result go
+        after = http.get("/v1/sessions/s/context", params=params).json()["messages"]
+        assert [m["content"] for m in after] == ["What is 6 x 7?", "It is 42.", "thanks", "welcome"]

@@ -60,6 +60,7 @@ from zerda.stores._base import (
     RESERVED_PREFIX,
     AsyncOverThread,
     AsyncStore,
+    BoundedCache,
     SessionInfo,
     Store,
     check_batch,
@@ -134,6 +135,9 @@ class _Service:
         self.max_body = max_body
         self.metrics = metrics
         self.document = openapi()  # what /openapi.json answers, and what routes accept
+        self.memories: BoundedCache[tuple[str | None, ...], BaseMemory[Any]] = BoundedCache(
+            _MEMORIES_KEPT
+        )
 
     # -- who is asking -----------------------------------------------------------------------
 
@@ -162,6 +166,17 @@ class _Service:
         if await self.astore.aget_metadata(stored):
             return
         raise ApiError(404, "NotFound", f"no session {session_id!r} here")
+
+    def memory_for(self, stored: str, params: Mapping[str, str]) -> BaseMemory[Any]:
+        """The memory ``params`` describe on the session ``stored``: the same object for the
+        same session and settings, so that what it learns reading (how many turns its
+        context takes, which part of the log it found valid) saves the next read's work."""
+        key = (stored, *(params.get(name) for name in _MEMORY_PARAMS))
+        memory = self.memories.get(key)
+        if memory is None:
+            memory = _memory(params, stored, self.store, self.counter_for(params))
+            self.memories.put(key, memory)
+        return memory
 
     def counter_for(self, params: Mapping[str, str]) -> TokenCounter:
         """The counter ``counter=`` names, else the server's."""
@@ -231,7 +246,7 @@ class _Service:
             raise ApiError(
                 422, "InvalidParameter", f"format must be one of {', '.join(_TO)}, got {fmt!r}"
             )
-        memory = _memory(params, stored, self.store, self.counter_for(params))
+        memory = self.memory_for(stored, params)
         if isinstance(memory, ConversationSummaryBufferMemory):
             # Appends here go straight to the store: fold what the context no longer holds
             # now, as the memory would have on its own writes.
@@ -467,6 +482,12 @@ def _messages_of(body: object) -> list[Message] | list[object]:
         "InvalidBody",
         f"format must be openai, responses, anthropic, gemini or zerda, got {fmt!r}",
     )
+
+
+# What decides the memory a context read uses (the format only converts its answer).
+_MEMORY_PARAMS = ("memory", "k", "token_limit", "reserve", "counter")
+# Memories kept between reads (a session and settings each); all are forgotten when full.
+_MEMORIES_KEPT = 4096
 
 
 def _memory(
