@@ -440,7 +440,12 @@ def _uncuttable(messages: Sequence[Message]) -> str:
         what.append("media (images, audio, files)")
     if "ReasoningPart" in kinds:
         what.append("reasoning")
-    return what[0] if len(what) == 1 else f"{', '.join(what[:-1])} and {what[-1]}"
+    return spoken_list(what)
+
+
+def spoken_list(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``: parts named in an error message."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _cuttable(m: Message) -> list[tuple[int, str]]:

@@ -33,7 +33,7 @@ from zerda.memory._flow import (
     adrive,
     drive,
 )
-from zerda.memory._record import drop_summary_past, forget_summary
+from zerda.memory._record import Locate, drop_summary_past, forget_summary
 from zerda.memory._stats import MemoryStats
 from zerda.messages import PINNED, Message, Role, Turn, group_turns, stamp_batch, stamped_batch
 from zerda.parts import Part
@@ -442,13 +442,14 @@ class BaseMemory(ABC, Generic[StatsT]):
     # -- editing the log (DESIGN.md section 10): the store edits it in one atomic step; what
     #    a summary made of the edited turns is forgotten after (summary memories) ----------
 
-    def _forget_flow(self, first_turn: int, rebuild: bool) -> Flow[None]:
+    def _forget_flow(self, first_turn: int | Locate, rebuild: bool) -> Flow[None]:
         """Forget what was derived from turns ``first_turn`` on, which an edit changed: a
         summary of the session that covers them (whichever memory made it), so that the
         removed text is in no later context. Summary memories also fold again at once with
         ``rebuild``; the others fold nothing."""
-        if (yield from forget_summary(self.session_id, first_turn, mark_absent=False)):
-            self._log_dropped(first_turn)
+        changed = yield from forget_summary(self.session_id, first_turn, mark_absent=False)
+        if changed is not None:
+            self._log_dropped(changed)
 
     def _log_dropped(self, first_turn: int) -> None:
         log.info(
@@ -488,11 +489,9 @@ class BaseMemory(ABC, Generic[StatsT]):
     def _edit_flow(
         self, message_id: str, content: str | tuple[Part, ...] | None, rebuild: bool
     ) -> Flow[Message]:
-        history: list[Message] = yield History(self.session_id)
-        first = _first_turn_of(history, {message_id})
         message: Message = yield EditMessage(self.session_id, message_id, content)
-        if first is not None:
-            yield from self._forget_flow(first, rebuild)
+        # An edit moves nothing: where it was is read afterwards, and only if a summary is kept.
+        yield from self._forget_flow(lambda history: _first_turn_of(history, {message_id}), rebuild)
         return message
 
     def _fork_flow(self, new_session_id: str, at: str | None) -> Flow[None]:

@@ -8,12 +8,16 @@ of a message that was deleted or edited would keep the removed text.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zerda.memory._flow import CompareAndSet, Flow, ReadTail
+from zerda.memory._flow import CompareAndSet, Flow, History, ReadTail
+from zerda.messages import Message
 from zerda.stores._base import Tail
+
+Locate = Callable[[Sequence[Message]], "int | None"]
+"""Where, in a session's history, the first turn an edit changed is (``None``: in none)."""
 
 __all__ = ["SUMMARY_KEY", "Stored", "drop_summary_past", "dropped", "forget_summary"]
 
@@ -49,11 +53,16 @@ def dropped() -> dict[str, Any]:
     return {"text": "", "turns": 0, "updated_at": time.time()}
 
 
-def forget_summary(session_id: str, first_turn: int, *, mark_absent: bool) -> Flow[bool]:
+def forget_summary(
+    session_id: str, first_turn: int | Locate, *, mark_absent: bool
+) -> Flow[int | None]:
     """After an edit of turns ``first_turn`` on (counted from the session's first): drop the
     session's summary if it covers any of them, else mark it, so that a fold another worker
-    made from the log before the edit fails its compare-and-set and reads again. Whether a
-    summary was dropped.
+    made from the log before the edit fails its compare-and-set and reads again. The first
+    turn changed if the summary was dropped, else ``None``.
+
+    ``first_turn`` may be a function that finds it in the session's history (``None``: in no
+    turn): the history is then read only if there is a summary to compare it with.
 
     A session with no summary is left as it is, unless ``mark_absent`` (a summary memory's
     edit): then an empty record is written, which a fold that started before the edit, from
@@ -63,8 +72,13 @@ def forget_summary(session_id: str, first_turn: int, *, mark_absent: bool) -> Fl
         tail: Tail = yield ReadTail(session_id, 0, None)
         stored = Stored.of(tail.metadata)
         if stored.raw is None and not mark_absent:
-            return False
-        covered = bool(stored.text) and stored.turns > first_turn
+            return None
+        if stored.text and not isinstance(first_turn, int):
+            history: list[Message] = yield History(session_id)
+            found = first_turn(history)
+            first_turn = stored.turns if found is None else found  # None: nothing covered
+        first = first_turn if isinstance(first_turn, int) else stored.turns
+        covered = bool(stored.text) and stored.turns > first
         replacement: dict[str, Any]
         if covered or not isinstance(stored.raw, dict):
             replacement = dropped()
@@ -73,7 +87,7 @@ def forget_summary(session_id: str, first_turn: int, *, mark_absent: bool) -> Fl
             count = edits if isinstance(edits, int) and not isinstance(edits, bool) else 0
             replacement = {**stored.raw, "edits": count + 1}
         if (yield CompareAndSet(session_id, SUMMARY_KEY, stored.raw, replacement)):
-            return covered
+            return first if covered else None
 
 
 def drop_summary_past(session_id: str) -> Flow[None]:

@@ -11,7 +11,7 @@ from zerda.errors import ConfigurationError, ContextOverflowError, SummarizerErr
 from zerda.memory._base import _DEFAULT_SESSION, Tools, _View, legacy_positional
 from zerda.memory._flow import AppendThenTail, CompareAndSet, Flow, ReadTail, Summarize
 from zerda.memory._observe import log
-from zerda.memory._record import SUMMARY_KEY, Stored, forget_summary
+from zerda.memory._record import SUMMARY_KEY, Locate, Stored, forget_summary
 from zerda.memory._stats import SummaryMemoryStats
 from zerda.memory._token import ConversationTokenBufferMemory
 from zerda.messages import Message, Role, group_turns
@@ -241,12 +241,13 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
 
     # -- edits: a summary made of edited turns is forgotten ----------------------------------
 
-    def _forget_flow(self, first_turn: int, rebuild: bool) -> Flow[None]:
+    def _forget_flow(self, first_turn: int | Locate, rebuild: bool) -> Flow[None]:
         """Forget the summary (see :func:`~zerda.memory._record.forget_summary`); its text
         was in ``last_result`` too. Then, with ``rebuild``, fold at once."""
-        if (yield from forget_summary(self.session_id, first_turn, mark_absent=True)):
+        changed = yield from forget_summary(self.session_id, first_turn, mark_absent=True)
+        if changed is not None:
             self.last_result = None
-            self._log_dropped(first_turn)
+            self._log_dropped(changed)
         if rebuild:
             yield from self._fold_flow(None)
 

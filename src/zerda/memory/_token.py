@@ -10,7 +10,7 @@ from zerda.errors import ConfigurationError, ContextOverflowError
 from zerda.memory._base import _DEFAULT_SESSION, BaseMemory, Tools, _View, legacy_positional
 from zerda.memory._stats import TokenMemoryStats
 from zerda.messages import Message
-from zerda.policies import Overflow, fit_budget, shorten_turn
+from zerda.policies import Overflow, fit_budget, shorten_turn, spoken_list
 from zerda.stores._base import AsyncStore, Store, Tail, TokenCounts
 from zerda.tokens import TokenCounterLike, as_token_counter, count_tools
 
@@ -273,7 +273,7 @@ class _PartTokens:
             if n
         ]
         named.append("the reply priming")
-        return named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+        return spoken_list(named)
 
 
 def _from_turn(tail: Tail, skip: int) -> Tail:
