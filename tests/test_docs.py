@@ -6,9 +6,14 @@ import ast
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from _fake_openai import FakeOpenAI, Reply, calls, text
+from zerda import ZerdaWarning
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -48,6 +53,7 @@ EXTRA_OF_ZERDA_MODULE = {
     "zerda.integrations.langchain": "langchain",
     "zerda.integrations.llama_index": "llamaindex",
     "zerda.server": "server",
+    "zerda.chat": "openai",
 }
 EXTRA_OF_NAME = {  # a name whose use needs an extra, wherever it is imported from
     "RedisStore": "redis",
@@ -135,9 +141,46 @@ def test_the_core_pages_run_on_the_core_install() -> None:
     assert extras_needed("store = RedisStore(url)") == {"redis"}
 
 
+def _example_value(schema: dict[str, Any]) -> object:
+    if "enum" in schema:
+        return schema["enum"][0]
+    kinds = {"string": "example", "integer": 2, "number": 1.5, "boolean": True}
+    return kinds.get(schema.get("type", ""))
+
+
+def _docs_model(body: dict[str, Any]) -> Reply:
+    """A model for the chat examples: it calls the first tool once when there are tools, and
+    otherwise says what it was told."""
+    last = body["messages"][-1]
+    tools = body.get("tools")
+    if tools and last["role"] == "user":
+        function = tools[0]["function"]
+        parameters = function["parameters"]
+        arguments = {
+            name: _example_value(parameters["properties"][name])
+            for name in parameters.get("required", [])
+        }
+        return calls(("call_1", function["name"], arguments))
+    if last["role"] == "tool":
+        return text(f"Done: {last['content']}")
+    return text(f"You said: {last['content']}")
+
+
 @pytest.mark.parametrize(("name", "code"), _blocks(), ids=[n for n, _ in _blocks()])
-def test_doc_code_block_runs(name: str, code: str) -> None:
-    exec(compile(code, name, "exec"), {"__name__": "__doc_example__"})
+def test_doc_code_block_runs(name: str, code: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "openai" not in extras_needed(code):
+        exec(compile(code, name, "exec"), {"__name__": "__doc_example__"})
+        return
+    # The chat examples talk to a local OpenAI-compatible server, found the way the SDK finds
+    # any endpoint. Offline, the default memory's counter warns once that tiktoken's encoding
+    # for the model cannot be loaded: expected here, and only that warning.
+    with FakeOpenAI() as fake, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "tiktoken encoding", ZerdaWarning)
+        fake.responder = _docs_model
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-docs")
+        exec(compile(code, name, "exec"), {"__name__": "__doc_example__"})
+        assert fake.requests, f"{name} imports zerda.chat but asked the model nothing"
 
 
 def test_quickstart_example_shows_the_window_keeping_tool_calls_whole() -> None:

@@ -9,15 +9,18 @@ import pytest
 
 from zerda import errors
 from zerda.errors import (
+    ChatError,
     ConfigurationError,
     ContextOverflowError,
     CorruptDataError,
     InvalidMessageError,
     InvalidSessionIdError,
     MessageNotFoundError,
+    ModelError,
     SessionExistsError,
     StoreUnavailableError,
     SummarizerError,
+    ToolLoopError,
     ZerdaError,
     ZerdaWarning,
 )
@@ -31,6 +34,9 @@ SUBCLASSES = [
     StoreUnavailableError,
     ContextOverflowError,
     SummarizerError,
+    ChatError,
+    ModelError,
+    ToolLoopError,
     CorruptDataError,
 ]
 
@@ -38,7 +44,7 @@ SUBCLASSES = [
 def _drawn_hierarchy() -> list[str]:
     """The class names in the tree drawn in errors.py's module docstring."""
     assert errors.__doc__ is not None
-    return re.findall(r"^\s*(?:[├└]── )?(Zerda\w+|\w+Error)\b", errors.__doc__, re.MULTILINE)
+    return re.findall(r"^[\s│]*(?:[├└]── )?(Zerda\w+|\w+Error)\b", errors.__doc__, re.MULTILINE)
 
 
 def test_all_is_exactly_the_documented_set() -> None:
@@ -52,6 +58,9 @@ def test_all_is_exactly_the_documented_set() -> None:
         "StoreUnavailableError",
         "ContextOverflowError",
         "SummarizerError",
+        "ChatError",
+        "ModelError",
+        "ToolLoopError",
         "CorruptDataError",
         "ZerdaWarning",
     }
@@ -116,13 +125,22 @@ class TestContextOverflowError:
 
 @pytest.mark.parametrize(
     "cls",
-    [c for c in SUBCLASSES if c is not ContextOverflowError],
+    [c for c in SUBCLASSES if c not in (ContextOverflowError, ModelError)],
     ids=lambda c: c.__name__,
 )
 def test_other_errors_survive_pickle(cls: type[Exception]) -> None:
     copy = pickle.loads(pickle.dumps(cls("session 'a/b' is not valid")))
     assert type(copy) is cls
     assert str(copy) == "session 'a/b' is not valid"
+
+
+def test_model_error_keeps_its_endpoint_and_status_through_pickle() -> None:
+    error = ModelError("model 'm' at http://x/v1: HTTP 500", endpoint="http://x/v1", status=500)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is ModelError
+    assert (str(copy), copy.endpoint, copy.status) == (str(error), "http://x/v1", 500)
+    assert isinstance(copy, ChatError)
+    assert issubclass(ToolLoopError, ChatError)
 
 
 def test_a_missing_message_is_a_key_error_that_reads_plainly() -> None:

@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 
 import zerda
+import zerda.chat
 import zerda.errors
 import zerda.formats
 import zerda.integrations.langchain
@@ -41,6 +42,7 @@ ZERDA_NAMES = documented_names("zerda")
 MEMORY_NAMES = documented_names("zerda.memory")
 PUBLIC_MODULES = [
     zerda,
+    zerda.chat,
     zerda.memory,
     zerda.messages,
     zerda.formats,

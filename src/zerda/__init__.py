@@ -14,15 +14,18 @@ model exactly the context it should see::
 from __future__ import annotations
 
 from zerda.errors import (
+    ChatError,
     ConfigurationError,
     ContextOverflowError,
     CorruptDataError,
     InvalidMessageError,
     InvalidSessionIdError,
     MessageNotFoundError,
+    ModelError,
     SessionExistsError,
     StoreUnavailableError,
     SummarizerError,
+    ToolLoopError,
     ZerdaError,
     ZerdaWarning,
 )
@@ -44,6 +47,7 @@ __all__ = [
     "ApproxCounter",
     "AudioPart",
     "BaseMemory",
+    "ChatError",
     "ConfigurationError",
     "ContextOverflowError",
     "ConversationBufferMemory",
@@ -58,6 +62,7 @@ __all__ = [
     "InvalidSessionIdError",
     "Message",
     "MessageNotFoundError",
+    "ModelError",
     "ReasoningPart",
     "Role",
     "SessionExistsError",
@@ -67,6 +72,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "ToolCall",
+    "ToolLoopError",
     "Turn",
     "ZerdaError",
     "ZerdaWarning",

@@ -23,7 +23,7 @@ from typing import Any
 
 from zerda.errors import ConfigurationError
 
-__all__ = ["count_tool_definitions"]
+__all__ = ["count_tool_definitions", "function_of"]
 
 _FUNCTION = 7
 _PROPERTIES = 3
@@ -45,11 +45,11 @@ def count_tool_definitions(tools: object, count_text: Callable[[str], int]) -> i
         )
     total = 0
     for i, tool in enumerate(tools):
-        total += _function_tokens(_function_of(tool, i), count_text)
+        total += _function_tokens(function_of(tool, i), count_text)
     return total + _END if total else 0
 
 
-def _function_of(tool: object, i: int) -> Mapping[str, Any]:
+def function_of(tool: object, i: int) -> Mapping[str, Any]:
     """The function definition of ``tool``: Chat Completions' ``{"type": "function",
     "function": {...}}``, or the Responses API's flat ``{"type": "function", "name": ...}``."""
     if not isinstance(tool, Mapping):

@@ -11,6 +11,9 @@ The hierarchy::
     ├── StoreUnavailableError     the store cannot be reached; the backend's error is chained
     ├── ContextOverflowError      a context cannot fit its token budget
     ├── SummarizerError           the summarizer failed or timed out
+    ├── ChatError                 zerda.chat could not make a reply (or has none to retry)
+    │   ├── ModelError            the model's endpoint failed: down, HTTP error, timeout
+    │   └── ToolLoopError         the model still called tools after max_steps
     └── CorruptDataError          stored data cannot be decoded
 
     ZerdaWarning                  something was accepted but probably is not what you meant
@@ -24,15 +27,18 @@ import sys
 import warnings
 
 __all__ = [
+    "ChatError",
     "ConfigurationError",
     "ContextOverflowError",
     "CorruptDataError",
     "InvalidMessageError",
     "InvalidSessionIdError",
     "MessageNotFoundError",
+    "ModelError",
     "SessionExistsError",
     "StoreUnavailableError",
     "SummarizerError",
+    "ToolLoopError",
     "ZerdaError",
     "ZerdaWarning",
 ]
@@ -93,6 +99,36 @@ def _rebuild_overflow(message: str, needed: int, limit: int) -> ContextOverflowE
 
 class SummarizerError(ZerdaError):
     """The summarizer failed or timed out; nothing was lost, the turns wait for a later try."""
+
+
+class ChatError(ZerdaError):
+    """A :class:`zerda.chat.Chat` could not make a reply, or was asked to retry with no
+    question waiting for an answer. What was stored stays stored, whole."""
+
+
+class ModelError(ChatError):
+    """The model's endpoint failed: unreachable, an HTTP error after the retries, a timeout,
+    or a reply that is not a chat completion. The message names the endpoint and the model;
+    ``endpoint`` and ``status`` (the HTTP status, ``None`` when there was no answer) say it
+    too, and the SDK's exception is chained as ``__cause__``. The user's message stays stored
+    once: :meth:`zerda.chat.Chat.retry` asks again."""
+
+    def __init__(self, message: str, *, endpoint: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.status = status
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_model_error, (str(self), self.endpoint, self.status))
+
+
+def _rebuild_model_error(message: str, endpoint: str, status: int | None) -> ModelError:
+    return ModelError(message, endpoint=endpoint, status=status)
+
+
+class ToolLoopError(ChatError):
+    """The model was still calling tools after ``max_steps`` requests. Every call made is
+    stored with its result; :meth:`zerda.chat.Chat.retry` lets the model go on."""
 
 
 class CorruptDataError(ZerdaError):

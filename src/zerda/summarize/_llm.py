@@ -19,7 +19,14 @@ from zerda.summarize._base import SummaryResult, check_inputs, render_messages
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_PROMPT", "DEFAULT_TIMEOUT", "LLMSummarizer"]
+__all__ = [
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_PROMPT",
+    "DEFAULT_TIMEOUT",
+    "LLMSummarizer",
+    "check_max_retries",
+    "check_timeout",
+]
 
 DEFAULT_PROMPT = """\
 Progressively summarize a conversation: fold the new lines into the current summary and \
@@ -69,6 +76,28 @@ def _check_prompt(prompt: object) -> str:
             + " and ".join("{" + v + "}" for v in missing)
         )
     return prompt
+
+
+def check_timeout(timeout: object) -> float:
+    """Seconds a request may take (``None``: :data:`DEFAULT_TIMEOUT`), checked."""
+    if timeout is None:
+        return DEFAULT_TIMEOUT
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not 0 < timeout < math.inf
+    ):
+        raise ConfigurationError(f"timeout must be seconds > 0, got {timeout!r}")
+    return float(timeout)
+
+
+def check_max_retries(max_retries: object) -> int:
+    """Retries after a request's first try (``None``: :data:`DEFAULT_MAX_RETRIES`), checked."""
+    if max_retries is None:
+        return DEFAULT_MAX_RETRIES
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise ConfigurationError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+    return max_retries
 
 
 def _import_openai() -> Any:
@@ -149,8 +178,8 @@ class LLMSummarizer:
                 )
             self._function = client
             return
-        self.timeout = self._check_timeout(timeout)
-        self.max_retries = self._check_max_retries(max_retries)
+        self.timeout = check_timeout(timeout)
+        self.max_retries = check_max_retries(max_retries)
         if base_url is not None and (not isinstance(base_url, str) or not base_url):
             raise ConfigurationError(f"base_url must be a non-empty string, got {base_url!r}")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
@@ -163,26 +192,6 @@ class LLMSummarizer:
         self._key = key
         self._openai = _import_openai()
         self._sync = self._openai.OpenAI(**self._client_options())
-
-    @staticmethod
-    def _check_timeout(timeout: object) -> float:
-        if timeout is None:
-            return DEFAULT_TIMEOUT
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not 0 < timeout < math.inf
-        ):
-            raise ConfigurationError(f"timeout must be seconds > 0, got {timeout!r}")
-        return float(timeout)
-
-    @staticmethod
-    def _check_max_retries(max_retries: object) -> int:
-        if max_retries is None:
-            return DEFAULT_MAX_RETRIES
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigurationError(f"max_retries must be an integer >= 0, got {max_retries!r}")
-        return max_retries
 
     def _client_options(self) -> dict[str, Any]:
         return {
