@@ -1,8 +1,9 @@
 """The ``zerda`` command: look inside a store, import and export conversations.
 
 ``zerda sessions``, ``zerda show SESSION [--context --k N | --token-limit N]``, ``zerda export``,
-``zerda import``, ``zerda stats``, ``zerda rm``, ``zerda migrate``, and ``zerda replay FILE``,
-which plays a JSONL log through a memory; ``zerda --help`` says more. Errors are one line
+``zerda import``, ``zerda stats``, ``zerda rm``, ``zerda migrate``, ``zerda replay FILE``,
+which plays a JSONL log through a memory, and ``zerda chat``, a conversation with a model
+kept in a session; ``zerda --help`` says more. Errors are one line
 on standard error (``zerda: error: ...``) and exit status 1, or 2 for a usage error.
 """
 

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from zerda import formats
 from zerda.cli import _replay
+from zerda.cli._chat import cmd_chat
 from zerda.cli._jsonl import MAX_PROBLEMS, Parsed, parse_jsonl
 from zerda.cli._render import (
     SHORT_ID,
@@ -265,6 +266,14 @@ def _context(store: Store, args: argparse.Namespace, counter: TokenCounter) -> _
             "reserve_tokens": args.reserve,
             "budget": memory.budget,
         }
+    return _context_view(memory, counter, settings)
+
+
+def _context_view(
+    memory: BaseMemory[Any], counter: TokenCounter, settings: dict[str, Any]
+) -> _View:
+    """The context ``memory`` sends now, as rows counted by ``counter`` (the memory's), with
+    ``settings`` (what the header and footer say of the memory) and what it holds added."""
     view = memory._run(memory._read_flow())
     context = view.context()  # raises the view's error: a context over the budget
     tail = view.tail
@@ -1178,6 +1187,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "fork": cmd_fork,
     "migrate": cmd_migrate,
     "replay": cmd_replay,
+    "chat": cmd_chat,
     "serve": cmd_serve,
     "keys": cmd_keys,
     "mcp": cmd_mcp,

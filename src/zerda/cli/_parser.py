@@ -9,8 +9,16 @@ from pathlib import Path
 from typing import NoReturn
 
 from zerda import __version__
+from zerda.cli._chat import (
+    CHAT_COMMANDS,
+    DEFAULT_MODEL,
+    KEY_VARIABLE,
+    MODEL_VARIABLE,
+    OPENAI_HINT,
+)
 from zerda.errors import InvalidSessionIdError
 from zerda.stores._base import check_session_id
+from zerda.summarize._llm import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 
 __all__ = ["DEFAULT_FILE", "build_parser", "default_target"]
 
@@ -22,7 +30,8 @@ DESCRIPTION = """\
 Look inside a Zerda store: list its sessions, show what was said and what the model
 would see, import and export conversations as JSONL. Edit a session: delete or edit
 messages, pop its newest turn, fork it. Replay a conversation log through a memory to
-see what each turn would send."""
+see what each turn would send. Chat with a model in the terminal, remembered in a
+session of the store."""
 
 EPILOG = """\
 the database:
@@ -43,6 +52,7 @@ examples:
   zerda rm ada --message 0c6f2a91
   zerda fork ada ada-2 --at 0c6f2a8e
   zerda replay chat.jsonl --token-limit 1000,2000,4000 --plot tokens.png
+  zerda chat --session ada --system 'You are terse.'
   zerda --db ./chats.sqlite3 stats --json
   zerda migrate --db postgresql://zerda@db.internal/chats
 
@@ -90,6 +100,23 @@ def _non_negative_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
+    return n
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {value}")
+    return seconds
+
+
+def _window(value: str) -> int:
+    n = _positive_int(value)
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"expected a number >= 2, got {n}")
     return n
 
 
@@ -331,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
         "nothing to migrate.",
     )
     _replay_command(commands)
+    _chat_command(commands)
     _serve_commands(command, common)
     return parser
 
@@ -611,4 +639,123 @@ def _replay_command(commands: argparse._SubParsersAction[_Parser]) -> None:
         action="store_false",
         default=None,
         help="show only the summary (the default with several settings)",
+    )
+
+
+CHAT_DESCRIPTION = f"""\
+Chat with a model in the terminal. Each line you type is sent to the model with what
+the session remembers, and the answer shows as it arrives. The conversation is stored
+in the session like any other: 'zerda show SESSION' shows it, and 'zerda chat --session
+SESSION' later goes on where it stopped.
+
+The model is any model behind an OpenAI-compatible Chat Completions endpoint: OpenAI's,
+with the key from ${KEY_VARIABLE} (or from the variable --api-key-env names), or
+--base-url of a compatible server (vLLM, Ollama, llama.cpp, LM Studio...), which needs
+no key. The memory is a ConversationTokenBufferMemory: each request sends the system
+message and the newest whole turns that fit --token-limit (default: the model's context
+window when Zerda knows the model, else 4096), less an eighth of it (at most 4096) kept
+for the reply. Needs the openai extra: {OPENAI_HINT}."""
+
+
+def _chat_epilog() -> str:
+    width = max(len(name) for name, _ in CHAT_COMMANDS)
+    commands = "\n".join(f"  {name:<{width}}  {what}" for name, what in CHAT_COMMANDS)
+    return f"""\
+commands (a line that starts with /):
+{commands}
+  A line that starts with // is a message without its first slash: //etc sends /etc.
+
+at a terminal: a prompt, and each answer as it arrives. Ctrl-C stops an answer (it is
+  not stored; /retry asks again). Ctrl-D or /exit leaves with status 0; Ctrl-C at the
+  prompt leaves with status 130, as it stops any zerda command. An error is a line on
+  standard error, and the chat goes on.
+from a pipe: no prompt; each line that is not empty is a message or a command, and the
+  answers follow one another on standard output. An error is 'zerda: error: ...' on
+  standard error; a failed answer stops the input there (your message stays stored:
+  /retry asks again). The status is 1 when anything failed, else 0.
+
+examples:
+  zerda chat
+  zerda chat --session ada --system 'You are terse.'
+  zerda chat --base-url http://localhost:11434/v1 --model llama3.2 --token-limit 8192
+  zerda chat --base-url https://openrouter.ai/api/v1 --api-key-env OPENROUTER_API_KEY \\
+      --model openai/gpt-4o-mini
+  printf 'Hello!\\n/stats\\n' | zerda chat --session script"""
+
+
+def _chat_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+    # Only --db: the chat prints the conversation, never JSON.
+    db_only = _Parser(add_help=False)
+    db_only.add_argument(
+        "--db",
+        metavar="TARGET",
+        default=argparse.SUPPRESS,
+        help="the store that keeps the session (default: $ZERDA_DB, else "
+        "$XDG_DATA_HOME/zerda/zerda.sqlite3)",
+    )
+    chat: argparse.ArgumentParser = commands.add_parser(
+        "chat",
+        help="chat with a model in the terminal, remembered in a session (extra: openai)",
+        description=CHAT_DESCRIPTION,
+        epilog=_chat_epilog(),
+        parents=[db_only],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    chat.add_argument(
+        "--model",
+        metavar="MODEL",
+        help=f"the model, as the endpoint names it (default: ${MODEL_VARIABLE}, else "
+        f"{DEFAULT_MODEL})",
+    )
+    chat.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an OpenAI-compatible endpoint, such as http://localhost:11434/v1 (default: "
+        "$OPENAI_BASE_URL, else OpenAI's)",
+    )
+    chat.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help=f"read the API key from the environment variable NAME (default: {KEY_VARIABLE}; "
+        "with --base-url, no key is needed)",
+    )
+    chat.add_argument(
+        "--session",
+        metavar="ID",
+        type=_session_id,
+        default="default",
+        help="the session that keeps the conversation; an existing one goes on (default: default)",
+    )
+    chat.add_argument(
+        "--system",
+        metavar="TEXT",
+        help="the system message: stored in the session, replacing the one it holds when "
+        "they differ (default: keep the session's, if any)",
+    )
+    chat.add_argument(
+        "--token-limit",
+        type=_window,
+        metavar="N",
+        help="tokens a request may hold, the reply's room included (default: the model's "
+        "context window when Zerda knows the model, else 4096)",
+    )
+    chat.add_argument(
+        "--counter",
+        metavar="NAME",
+        help="how to count tokens: approx (4 characters a token, no download), default, or a "
+        "tiktoken encoding or model name (default: the model's encoding when tiktoken knows "
+        "the model, else default)",
+    )
+    chat.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help=f"seconds a request may take (default: {DEFAULT_TIMEOUT:g})",
+    )
+    chat.add_argument(
+        "--max-retries",
+        type=_non_negative_int,
+        metavar="N",
+        help="retries of a request that failed on the way or with a server error (default: "
+        f"{DEFAULT_MAX_RETRIES})",
     )
