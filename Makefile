@@ -63,6 +63,7 @@ bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/sqlite_store.py
 	$(BIN)/python benchmarks/redis_store.py
 	$(BIN)/python benchmarks/postgres_store.py
+	$(BIN)/python benchmarks/inspector.py
 	$(BIN)/python benchmarks/compare.py
 
 clean:

@@ -61,6 +61,28 @@ def test_sqlite_benchmark_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not DATA.exists(), reason=f"shared data set not found at {DATA}")
+def test_inspector_benchmark_runs(tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn", reason="the server extra is not installed")
+    out, report = tmp_path / "bench.json", tmp_path / "inspector.md"
+    run = run_script("inspector.py", "--quick", f"--json={out}", f"--out={report}")
+    result = json.loads(out.read_text())
+    assert result["messages"] == 1000
+    assert result["turns"] > 0
+    pages = [row["path"] for row in result["rows"]]
+    assert pages == [
+        "/ui",
+        "/ui/sessions/long",
+        "/ui/sessions/long?memory=window&k=5",
+        "/ui/sessions/long?page=3",
+    ]
+    for row in result["rows"]:
+        assert 0 < row["median_ms"] <= row["p95_ms"]
+        assert row["page_bytes"] > 1000
+    assert "| page | path |" in run.stdout
+    assert report.read_text(encoding="utf-8") in run.stdout
+
+
+@pytest.mark.skipif(not DATA.exists(), reason=f"shared data set not found at {DATA}")
 @pytest.mark.parametrize(
     ("script", "server"),
     [("redis_store.py", "--url"), ("postgres_store.py", "--dsn")],

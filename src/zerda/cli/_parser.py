@@ -452,6 +452,13 @@ def _serve_commands(
         "--no-auth", action="store_true", help="no API keys: anyone who connects sees all"
     )
     serve.add_argument(
+        "--root-path",
+        metavar="PATH",
+        default="",
+        help="the path a reverse proxy serves the app under (/zerda), for the inspector's "
+        "links and cookie (docs/inspector.md)",
+    )
+    serve.add_argument(
         "--max-body",
         type=_positive_int,
         default=4 * 1024 * 1024,

@@ -104,10 +104,16 @@ def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
     print(
         f"zerda serve: {ctx.shown} on http://{args.host}:{args.port} "
         f"({args.workers} worker{'s' if args.workers != 1 else ''}; "
-        f"API under /v1, {mcp}, description at /openapi.json)",
+        f"API under /v1, {mcp}, description at /openapi.json, inspector at /ui)",
         file=ctx.err,
     )
-    settings = {"host": args.host, "port": args.port, "access_log": False, "log_config": None}
+    settings = {
+        "host": args.host,
+        "port": args.port,
+        "access_log": False,
+        "log_config": None,
+        "root_path": args.root_path.rstrip("/"),
+    }
     if args.workers == 1:
         app = create_app(store, auth=auth, max_body=args.max_body, counter=args.counter)
         try:

@@ -56,6 +56,7 @@ from zerda.server._store_api import (
     tail_json,
     tail_wanted,
 )
+from zerda.server._ui import ui_routes
 from zerda.stores._base import (
     RESERVED_PREFIX,
     AsyncOverThread,
@@ -573,6 +574,7 @@ def create_app(
     ]
     mcp_routes, lifespan = mcp_mount(service)
     served += mcp_routes
+    served += ui_routes(service)
     app = Starlette(
         routes=served,
         lifespan=lifespan,

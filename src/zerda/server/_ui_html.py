@@ -1,0 +1,481 @@
+"""The inspector's HTML: pure functions from what was read to a page (no I/O, no Starlette).
+
+Every piece of text that comes from a store, a request or a user passes through :func:`esc`
+once, where it is put into the page; nothing here builds HTML from unescaped input. The pages
+need no script: charts are SVG drawn here, confirmations are pages of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from zerda.messages import Message, Role, ToolCall
+from zerda.parts import AudioPart, FilePart, ImagePart, ReasoningPart, TextPart
+from zerda.stores._base import SessionInfo
+
+__all__ = [
+    "MemoryForm",
+    "SessionView",
+    "TurnView",
+    "confirm_page",
+    "error_page",
+    "login_page",
+    "page",
+    "session_page",
+    "sessions_page",
+]
+
+# Shown at most this many characters of one text (the rest is counted, not shown).
+_TEXT_SHOWN = 4000
+_MEMORY_KINDS = ("buffer", "window", "token", "summary_buffer")
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def when(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    moment = datetime.fromtimestamp(seconds, timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def page(
+    title: str, body: str, *, base: str, tenant: str | None, csrf: str | None, auth: bool
+) -> str:
+    """A whole page: the header (who is signed in, and a sign-out button) and ``body``."""
+    who = ""
+    if auth and tenant is not None and csrf is not None:
+        who = (
+            f'<span class="who">tenant <b>{esc(tenant)}</b></span>'
+            f'<form method="post" action="{base}/ui/logout" class="inline">'
+            f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+            '<button type="submit">Sign out</button></form>'
+        )
+    elif not auth:
+        who = '<span class="who warn">no authentication (--no-auth)</span>'
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)} · Zerda inspector</title>"
+        f'<link rel="stylesheet" href="{base}/ui/static/inspector.css"></head><body>'
+        f'<header><a class="brand" href="{base}/ui">Zerda inspector</a>{who}</header>'
+        f"<main>{body}</main></body></html>"
+    )
+
+
+def login_page(*, base: str, csrf: str, next_path: str, problem: str | None) -> str:
+    error = f'<p class="error" role="alert">{esc(problem)}</p>' if problem else ""
+    body = (
+        "<h1>Sign in</h1>"
+        "<p>Paste an API key of this server (<code>zerda keys create --tenant NAME</code>). "
+        "It is kept in an HTTP-only cookie of this site, for this browser session.</p>"
+        f"{error}"
+        f'<form method="post" action="{base}/ui/login" class="login">'
+        f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+        f'<input type="hidden" name="next" value="{esc(next_path)}">'
+        '<label>API key <input type="password" name="key" autocomplete="off" required '
+        'autofocus></label> <button type="submit">Sign in</button></form>'
+    )
+    return page("Sign in", body, base=base, tenant=None, csrf=None, auth=True)
+
+
+def error_page(status: int, message: str, *, base: str) -> str:
+    body = f'<h1>{status}</h1><p class="error" role="alert">{esc(message)}</p>'
+    body += f'<p><a href="{base}/ui">Back to the sessions</a></p>'
+    return body
+
+
+def confirm_page(
+    *, question: str, action: str, csrf: str, back: str, fields: Mapping[str, str], button: str
+) -> str:
+    """A confirmation: the question, a form that POSTs ``fields`` to ``action``, a way back."""
+    hidden = "".join(
+        f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">' for k, v in fields.items()
+    )
+    return (
+        f'<h1>Confirm</h1><p class="question">{esc(question)}</p>'
+        f'<form method="post" action="{esc(action)}" class="confirm">'
+        f'<input type="hidden" name="csrf" value="{esc(csrf)}">{hidden}'
+        f'<button type="submit" class="danger">{esc(button)}</button> '
+        f'<a href="{esc(back)}">Cancel</a></form>'
+    )
+
+
+# -- the sessions page ------------------------------------------------------------------------
+
+
+def sessions_page(
+    sessions: Sequence[SessionInfo],
+    *,
+    base: str,
+    prefix: str,
+    page_number: int,
+    pages: int,
+    total: int,
+) -> str:
+    rows = "".join(
+        "<tr>"
+        f'<td><a href="{base}/ui/sessions/{quote(s.session_id, safe="")}">'
+        f"{esc(s.session_id)}</a></td>"
+        f'<td class="num">{s.messages:,}</td><td class="num">{s.turns:,}</td>'
+        f"<td>{when(s.updated_at)}</td><td>{when(s.expires_at)}</td></tr>"
+        for s in sessions
+    )
+    if not rows:
+        rows = '<tr><td colspan="5" class="empty">No sessions here.</td></tr>'
+    nav = _pager(f"{base}/ui", {"prefix": prefix} if prefix else {}, page_number, pages, "sessions")
+    return (
+        f"<h1>Sessions <small>{total:,}</small></h1>"
+        f'<form method="get" action="{base}/ui" class="filter">'
+        f'<label>Id starts with <input type="search" name="prefix" value="{esc(prefix)}">'
+        '</label> <button type="submit">Filter</button></form>'
+        '<table class="sessions"><thead><tr><th>session</th><th class="num">messages</th>'
+        '<th class="num">turns</th>'
+        f"<th>updated</th><th>expires</th></tr></thead><tbody>{rows}</tbody></table>{nav}"
+    )
+
+
+def _pager(path: str, query: Mapping[str, str], number: int, pages: int, what: str) -> str:
+    if pages <= 1:
+        return ""
+
+    def link(n: int, label: str) -> str:
+        return f'<a href="{esc(path)}?{esc(urlencode({**query, "page": n}))}">{label}</a>'
+
+    newer = link(number - 1, "← newer") if number > 1 else '<span class="off">← newer</span>'
+    older = link(number + 1, "older →") if number < pages else '<span class="off">older →</span>'
+    return (
+        f'<nav class="pager" aria-label="{esc(what)} pages">{newer} '
+        f"<span>page {number} of {pages}</span> {older}</nav>"
+    )
+
+
+# -- the session page -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryForm:
+    """The memory the page shows the context of, as the query string chose it."""
+
+    memory: str
+    k: str = ""
+    token_limit: str = ""
+    reserve: str = ""
+    counter: str = ""
+
+    def query(self) -> dict[str, str]:
+        values = {
+            "memory": self.memory,
+            "k": self.k,
+            "token_limit": self.token_limit,
+            "reserve": self.reserve,
+            "counter": self.counter,
+        }
+        return {k: v for k, v in values.items() if v}
+
+
+@dataclass(frozen=True)
+class TurnView:
+    """One stored turn as the page shows it: its number in the session, its messages, its
+    tokens, and what the context made of it."""
+
+    number: int
+    messages: Sequence[Message]
+    tokens: int
+    state: str  # "context", "evicted" or "partial"
+
+
+@dataclass(frozen=True)
+class SessionView:
+    session_id: str
+    system: Sequence[Message]
+    turns: Sequence[TurnView]
+    context_ids: frozenset[str]
+    context_messages: int
+    shortened_ids: frozenset[str]
+    summary: str | None
+    stats: Mapping[str, Any] | None
+    problem: str | None
+    form: MemoryForm
+    page_number: int
+    pages: int
+    total_messages: int
+    total_turns: int
+
+
+def session_page(view: SessionView, *, base: str, csrf: str) -> str:
+    here = f"{base}/ui/sessions/{quote(view.session_id, safe='')}"
+    parts = [
+        f"<h1>Session <code>{esc(view.session_id)}</code></h1>",
+        f'<p class="facts">{view.total_messages:,} messages in {view.total_turns:,} turns · '
+        f'<a href="{base}/ui">all sessions</a></p>',
+        _actions(here),
+        _memory_form(here, view.form),
+    ]
+    if view.problem:
+        parts.append(f'<p class="error" role="alert">{esc(view.problem)}</p>')
+    if view.stats is not None:
+        parts.append(_context_summary(view))
+    parts.append(_turn_chart(view))
+    nav = _pager(here, view.form.query(), view.page_number, view.pages, "turns")
+    parts.append(nav)
+    if view.system:
+        parts.append('<section class="pinned"><h2>Pinned</h2>')
+        parts.extend(_message(m, view, here, {}) for m in view.system)
+        parts.append("</section>")
+    if view.summary is not None:
+        parts.append(
+            '<section class="summary"><h2>Summary in the context</h2>'
+            f"<p>{esc(view.summary)}</p></section>"
+        )
+    for turn in view.turns:
+        parts.append(_turn(turn, view, here))
+    parts.append(nav)
+    return "".join(parts)
+
+
+def _actions(here: str) -> str:
+    return (
+        '<nav class="actions" aria-label="session actions">'
+        f'<a class="button" href="{here}/confirm?action=pop">Pop the newest turn</a> '
+        f'<a class="button" href="{here}/confirm?action=fork">Fork…</a> '
+        f'<a class="button danger" href="{here}/confirm?action=delete">Delete the session</a>'
+        "</nav>"
+    )
+
+
+def _memory_form(here: str, form: MemoryForm) -> str:
+    options = "".join(
+        f'<option value="{k}"{" selected" if k == form.memory else ""}>{k}</option>'
+        for k in _MEMORY_KINDS
+    )
+    return (
+        f'<form method="get" action="{here}" class="memory">'
+        f'<label>memory <select name="memory">{options}</select></label> '
+        f'<label>k <input name="k" inputmode="numeric" size="4" value="{esc(form.k)}"></label> '
+        '<label>token limit <input name="token_limit" inputmode="numeric" size="7" '
+        f'value="{esc(form.token_limit)}"></label> '
+        '<label>reserve <input name="reserve" inputmode="numeric" size="5" '
+        f'value="{esc(form.reserve)}"></label> '
+        f'<label>counter <input name="counter" size="12" value="{esc(form.counter)}" '
+        'placeholder="server default"></label> '
+        '<button type="submit">Show the context</button></form>'
+    )
+
+
+def _context_summary(view: SessionView) -> str:
+    stats = view.stats or {}
+    facts = [
+        f"<dt>messages in the context</dt><dd>{view.context_messages:,}</dd>",
+        f"<dt>turns kept</dt><dd>{stats.get('turns_in_context', stats.get('stored_turns', 0)):,}"
+        "</dd>",
+    ]
+    if "turns_evicted" in stats:
+        facts.append(f"<dt>turns evicted</dt><dd>{stats['turns_evicted']:,}</dd>")
+    if "context_tokens" in stats:
+        limit = stats.get("token_limit", 0)
+        facts.append(
+            f"<dt>tokens</dt><dd>{stats['context_tokens']:,} of {limit:,}"
+            f" ({stats.get('reserve_tokens', 0):,} reserved)</dd>"
+        )
+    if stats.get("truncated"):
+        facts.append(f"<dt>shortened</dt><dd>{stats.get('truncated_tokens', 0):,} tokens cut</dd>")
+    repairs = {k: v for k, v in (stats.get("repairs") or {}).items() if v}
+    repaired = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in repairs.items()) or "none"
+    facts.append(f'<dt>repairs</dt><dd class="repairs">{esc(repaired)}</dd>')
+    bar = _budget_bar(stats)
+    return (
+        '<section class="context"><h2>The context</h2>'
+        f'<dl class="facts">{"".join(facts)}</dl>{bar}</section>'
+    )
+
+
+_PART_COLOURS = (("system", "#7a5af8"), ("summary", "#d97706"), ("tools", "#0891b2"))
+
+
+def _budget_bar(stats: Mapping[str, Any]) -> str:
+    """The budget as one bar: system, summary, tools and turns, then what is left."""
+    by_part = stats.get("tokens_by_part")
+    limit = stats.get("token_limit")
+    if not isinstance(by_part, Mapping) or not isinstance(limit, int) or limit <= 0:
+        return ""
+    width = 800
+    reserve = int(stats.get("reserve_tokens", 0))
+    segments = [*_PART_COLOURS, ("turns", "#16a34a")]
+    x = 0.0
+    rects = []
+    legend = []
+    for name, colour in segments:
+        tokens = int(by_part.get(name, 0))
+        w = width * tokens / limit
+        if w > 0:
+            rects.append(
+                f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="24" fill="{colour}">'
+                f"<title>{name}: {tokens:,} tokens</title></rect>"
+            )
+        legend.append(
+            f'<li><svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" '
+            f'fill="{colour}"/></svg> {name} {tokens:,}</li>'
+        )
+        x += w
+    if reserve:
+        w = width * reserve / limit
+        rects.append(
+            f'<rect x="{width - w:.1f}" y="0" width="{w:.1f}" height="24" fill="#cbd5e1">'
+            f"<title>reserved for the reply: {reserve:,} tokens</title></rect>"
+        )
+        legend.append(f"<li>reserved {reserve:,}</li>")
+    return (
+        f'<figure class="budget"><svg viewBox="0 0 {width} 24" role="img" '
+        f'aria-label="token budget by part" preserveAspectRatio="none">'
+        f'<rect x="0" y="0" width="{width}" height="24" fill="#f1f5f9"/>{"".join(rects)}</svg>'
+        f'<figcaption><ul class="legend">{"".join(legend)}</ul></figcaption></figure>'
+    )
+
+
+def _turn_chart(view: SessionView) -> str:
+    """Tokens per turn on this page, coloured by what the context made of each turn."""
+    turns = view.turns
+    if not turns:
+        return ""
+    width, height = 800, 120
+    most = max(t.tokens for t in turns) or 1
+    step = width / len(turns)
+    bars = []
+    start: float | None = None
+    first_kept = 0
+    for i, turn in enumerate(turns):
+        h = max(1.0, (height - 20) * turn.tokens / most)
+        x = i * step
+        if turn.state != "evicted" and start is None:
+            start, first_kept = x, turn.number
+        bars.append(
+            f'<rect class="{turn.state}" x="{x + step * 0.1:.1f}" y="{height - h:.1f}" '
+            f'width="{step * 0.8:.1f}" height="{h:.1f}">'
+            f"<title>turn {turn.number}: {turn.tokens:,} tokens ({turn.state})</title></rect>"
+        )
+    marker = ""
+    if start is not None:
+        marker = (
+            f'<line x1="{start:.1f}" y1="0" x2="{start:.1f}" y2="{height}" class="start"/>'
+            f'<a href="#turn-{first_kept}"><text x="{start + 4:.1f}" y="12" class="start">'
+            "context starts ↓</text></a>"
+        )
+    return (
+        '<figure class="turns"><svg viewBox="0 0 800 120" role="img" '
+        f'aria-label="tokens per turn">{"".join(bars)}{marker}</svg>'
+        f"<figcaption>Tokens per turn, turns {turns[0].number} to {turns[-1].number}: "
+        '<span class="key context">in the context</span> '
+        '<span class="key partial">partly</span> '
+        '<span class="key evicted">evicted</span></figcaption></figure>'
+    )
+
+
+def _turn(turn: TurnView, view: SessionView, here: str) -> str:
+    results = {m.tool_call_id: m for m in turn.messages if m.role is Role.TOOL}
+    calls = {c.id for m in turn.messages for c in m.tool_calls}
+    shown = "".join(
+        _message(m, view, here, results)
+        for m in turn.messages
+        if not (m.role is Role.TOOL and m.tool_call_id in calls)
+    )
+    label = {"context": "in the context", "evicted": "evicted", "partial": "partly in"}
+    return (
+        f'<section class="turn {turn.state}" id="turn-{turn.number}">'
+        f"<h2>Turn {turn.number} <small>{turn.tokens:,} tokens · "
+        f"{label[turn.state]}</small></h2>{shown}</section>"
+    )
+
+
+def _message(
+    m: Message, view: SessionView, here: str, results: Mapping[str | None, Message]
+) -> str:
+    in_context = m.id in view.context_ids
+    classes = ["message", m.role.value, "in" if in_context else "out"]
+    if m.id in view.shortened_ids:
+        classes.append("shortened")
+    badge = ""
+    if m.id in view.shortened_ids:
+        badge = ' <span class="badge">shortened in the context</span>'
+    delete = ""
+    if m.id is not None:
+        delete = (
+            f'<a class="small" href="{here}/confirm?action=delete-message&amp;message='
+            f'{esc(quote(m.id, safe=""))}">delete</a>'
+        )
+    calls = "".join(_call(c, results.get(c.id), view) for c in m.tool_calls)
+    answered = ""
+    if m.role is Role.TOOL:
+        answered = f' <span class="meta">result of <code>{esc(m.tool_call_id)}</code></span>'
+    return (
+        f'<article class="{" ".join(classes)}" id="m-{esc(m.id or "")}">'
+        f'<header><span class="role">{esc(m.role.value)}</span>{answered}{badge} '
+        f'<span class="meta"><code title="{esc(m.id or "")}">{esc((m.id or "")[-8:])}</code> · '
+        f"{when(m.created_at)}</span> {delete}</header>"
+        f"{_content(m.content)}{calls}</article>"
+    )
+
+
+def _call(call: ToolCall, result: Message | None, view: SessionView) -> str:
+    arguments = call.arguments
+    with contextlib.suppress(ValueError):  # arguments that are not JSON show as they are
+        arguments = json.dumps(json.loads(arguments), indent=1, ensure_ascii=False)
+    if result is None:
+        answer = '<div class="result missing">no result stored</div>'
+    else:
+        where = "in" if result.id in view.context_ids else "out"
+        answer = (
+            f'<div class="result {where}" id="m-{esc(result.id or "")}">'
+            f'<span class="role">result</span> <span class="meta"><code>'
+            f"{esc((result.id or '')[-8:])}</code></span>{_content(result.content)}</div>"
+        )
+    return (
+        f'<div class="call"><div class="call-head">→ <code>{esc(call.name)}</code> '
+        f'<span class="meta">{esc(call.id)}</span></div>'
+        f"<pre>{esc(_clip(arguments))}</pre>{answer}</div>"
+    )
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _TEXT_SHOWN:
+        return text
+    return f"{text[:_TEXT_SHOWN]}… [{len(text) - _TEXT_SHOWN:,} more characters]"
+
+
+def _content(content: str | tuple[Any, ...] | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return f'<div class="text">{esc(_clip(content))}</div>'
+    return "".join(_part(p) for p in content)
+
+
+def _part(part: object) -> str:
+    if isinstance(part, TextPart):
+        return f'<div class="text">{esc(_clip(part.text))}</div>'
+    if isinstance(part, ImagePart):
+        url = part.url or ""
+        if url.startswith("data:image/"):
+            return f'<img class="thumb" src="{esc(url)}" alt="an image in the message">'
+        where = url or f"file {part.file_id}"
+        return f'<div class="part">image: <code>{esc(_clip(where))}</code></div>'
+    if isinstance(part, FilePart):
+        name = part.filename or part.file_id or part.url or "a file"
+        return f'<div class="part">file: <code>{esc(name)}</code></div>'
+    if isinstance(part, AudioPart):
+        return f'<div class="part">audio ({esc(part.format)})</div>'
+    if isinstance(part, ReasoningPart):
+        return (
+            f'<details class="part"><summary>reasoning</summary>'
+            f"<div>{esc(_clip(part.text or ''))}</div></details>"
+        )
+    return f'<div class="part">{esc(type(part).__name__)}</div>'
