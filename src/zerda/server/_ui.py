@@ -307,36 +307,29 @@ class _UI:
         here = f"{self.base(request)}/ui/sessions/{quote(session_id, safe='')}"
         action = request.query_params.get("action", "")
         csrf = self.csrf(request)
-        if action == "delete":
-            body = confirm_page(
-                question=f"Delete the session {session_id!r} and every message in it?",
-                action=f"{here}/delete",
-                csrf=csrf,
-                back=here,
-                fields={},
-                button="Delete",
-            )
-        elif action == "pop":
-            body = confirm_page(
-                question=f"Remove the newest turn of {session_id!r}?",
-                action=f"{here}/pop",
-                csrf=csrf,
-                back=here,
-                fields={},
-                button="Pop the turn",
-            )
-        elif action == "delete-message":
-            message_id = request.query_params.get("message", "")
-            body = confirm_page(
-                question=f"Delete the message {message_id!r} (a call takes its results with it)?",
-                action=f"{here}/delete-message",
-                csrf=csrf,
-                back=here,
-                fields={"message": message_id},
-                button="Delete the message",
-            )
-        elif action == "fork":
+        message_id = request.query_params.get("message", "")
+        # Each action: what to ask, the button that says yes, and what the form carries.
+        questions: dict[str, tuple[str, str, dict[str, str]]] = {
+            "delete": (f"Delete the session {session_id!r} and every message in it?", "Delete", {}),
+            "pop": (f"Remove the newest turn of {session_id!r}?", "Pop the turn", {}),
+            "delete-message": (
+                f"Delete the message {message_id!r} (a call takes its results with it)?",
+                "Delete the message",
+                {"message": message_id},
+            ),
+        }
+        if action == "fork":
             body = _fork_form(here, csrf)
+        elif action in questions:
+            question, button, fields = questions[action]
+            body = confirm_page(
+                question=question,
+                action=f"{here}/{action}",
+                csrf=csrf,
+                back=here,
+                fields=fields,
+                button=button,
+            )
         else:
             raise _Refused(404, f"no action {action!r}: delete, pop, fork or delete-message")
         return self.html(request, "Confirm", body, tenant)
