@@ -20,6 +20,7 @@ from zerda import (
     ChatError,
     ConfigurationError,
     ConversationBufferWindowMemory,
+    ConversationSummaryBufferMemory,
     ConversationTokenBufferMemory,
     ImagePart,
     Message,
@@ -29,7 +30,7 @@ from zerda import (
     to_openai,
 )
 from zerda.chat import DEFAULT_CONTEXT_WINDOW, Chat, Tool, context_window, default_memory
-from zerda.stores import SQLiteStore
+from zerda.stores import InMemoryStore, SQLiteStore
 from zerda.tokens import count_tools
 
 COUNTER = ApproxCounter()
@@ -140,6 +141,25 @@ def test_the_system_message_is_stored_once_and_replaced_when_it_changes(
     assert [m.content for m in systems] == ["Answer in French."]
     assert fake.requests[-1]["messages"][0] == {"role": "system", "content": "Answer in French."}
     assert [m["role"] for m in fake.requests[1]["messages"]].count("system") == 1
+
+
+def test_a_summary_memory_keeps_one_stored_system_message(fake: FakeOpenAI) -> None:
+    store = InMemoryStore()
+
+    def memory() -> ConversationSummaryBufferMemory:
+        return ConversationSummaryBufferMemory(
+            120, token_counter=COUNTER, store=store, session_id="s"
+        )
+
+    chat = make_chat(fake, memory=memory())  # no system message yet
+    for i in range(8):
+        chat.send(f"Order {i}: a flat white with oat milk for the corner table")
+    assert fake.requests[-1]["messages"][0]["role"] == "system"  # the summary, pinned
+    for _ in range(2):  # a system message given later is stored once, beside the summary
+        make_chat(fake, memory=memory(), system="Be brief.").send("Once more")
+    history = memory().get_history()
+    assert [m.content for m in history if m.role == "system"] == ["Be brief."]
+    assert fake.requests[-1]["messages"][0] == {"role": "system", "content": "Be brief."}
 
 
 def test_options_are_sent_but_cannot_replace_what_the_chat_sets(fake: FakeOpenAI) -> None:

@@ -408,11 +408,12 @@ class Chat:
         self._system_checked = True
         if self.system is None:
             return
-        pinned = next((m for m in context if m.role in PINNED), None)
+        # A stored message has an id; a summary memory's summary, pinned too, has none.
+        pinned = next((m for m in context if m.role in PINNED and m.id is not None), None)
         if pinned is None:
             yield _Store([Message(Role.SYSTEM, self.system)])
-        elif pinned.content != self.system and pinned.id is not None:
-            yield _Edit(pinned.id, self.system)
+        elif pinned.content != self.system:
+            yield _Edit(pinned.id, self.system)  # type: ignore[arg-type]  # not None: above
 
     def _request(self, context: Sequence[Message]) -> dict[str, Any]:
         request: dict[str, Any] = {"model": self.model, "messages": to_openai(context)}
