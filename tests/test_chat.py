@@ -597,3 +597,38 @@ def test_an_explicit_openai_definition_pairs_with_its_function(fake: FakeOpenAI)
         "type": "function",
         "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}},
     }
+
+
+def test_streams_go_on_without_usage_where_the_endpoint_refuses_stream_options(
+    fake: FakeOpenAI,
+) -> None:
+    def strict(body: dict[str, Any]) -> Reply:
+        # As Mistral answers: 422, "stream_options ... Extra inputs are not permitted".
+        if "stream_options" in body:
+            return failure(422, "stream_options.include_usage: Extra inputs are not permitted")
+        return text(f"Plain stream {len(fake.requests)}")
+
+    fake.responder = strict
+    chat = make_chat(fake)
+    assert "".join(chat.stream("Hi")) == "Plain stream 2"
+    assert "".join(chat.stream("Again")) == "Plain stream 3"
+    assert ["stream_options" in body for body in fake.requests] == [True, False, False]
+    assert chat.memory.get_history()[-1].metadata.get("usage") is None
+    fake.responder = lambda body: failure(400, "model not found")
+    with pytest.raises(ModelError, match="HTTP 400: model not found"):
+        list(chat.stream("A real error stays an error"))
+
+
+def test_async_streams_also_drop_stream_options_when_refused(fake: FakeOpenAI) -> None:
+    fake.responder = lambda body: (
+        failure(400, "property 'stream_options' is unsupported, did you mean 'stream'?")
+        if "stream_options" in body
+        else text("ok")
+    )
+    chat = make_chat(fake)
+
+    async def talk() -> str:
+        return "".join([piece async for piece in chat.astream("Hi")])
+
+    assert asyncio.run(talk()) == "ok"
+    assert len(fake.requests) == 2

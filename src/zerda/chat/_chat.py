@@ -270,6 +270,7 @@ class Chat:
         # Last: the default memory may load a tokenizer, worth doing only for a valid Chat.
         self.memory: BaseMemory[Any] = default_memory(model) if memory is None else memory
         self._system_checked = system is None
+        self._usage_in_streams = True  # until the endpoint refuses stream_options
         self._stats = ChatStats(
             requests=0,
             prompt_tokens=0,
@@ -520,10 +521,14 @@ class Chat:
                     effect = flow.send(await self._ado(effect))
                     continue
                 chunks = _Chunks()
+                create = self._clients.asynchronous().chat.completions.create
                 try:
-                    stream = await self._clients.asynchronous().chat.completions.create(
-                        **effect.request, **_STREAMED
-                    )
+                    try:
+                        stream = await create(**self._streamed(effect.request))
+                    except self._clients.errors() as exc:
+                        if not self._refuses_usage(exc):
+                            raise
+                        stream = await create(**self._streamed(effect.request))
                     async for chunk in stream:
                         piece = chunks.add(chunk)
                         if piece:
@@ -551,8 +556,14 @@ class Chat:
 
     def _ask_stream(self, request: dict[str, Any]) -> Generator[str, None, _Answer]:
         chunks = _Chunks()
+        create = self._clients.synchronous().chat.completions.create
         try:
-            stream = self._clients.synchronous().chat.completions.create(**request, **_STREAMED)
+            try:
+                stream = create(**self._streamed(request))
+            except self._clients.errors() as exc:
+                if not self._refuses_usage(exc):
+                    raise
+                stream = create(**self._streamed(request))
             for chunk in stream:
                 piece = chunks.add(chunk)
                 if piece:
@@ -561,14 +572,30 @@ class Chat:
             raise self._failure(exc) from exc
         return chunks.finish()
 
+    def _streamed(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``request``, streamed: with the usage asked for, unless the endpoint refused it."""
+        if not self._usage_in_streams:
+            return {**request, "stream": True}
+        return {**request, "stream": True, "stream_options": {"include_usage": True}}
+
+    def _refuses_usage(self, exc: Exception) -> bool:
+        """Whether ``exc`` is the endpoint refusing ``stream_options`` (Mistral, Groq, Azure
+        and others answer 400 or 422): then streams go on without it, and without usage."""
+        status = getattr(exc, "status_code", None)
+        said = str(exc)
+        if not self._usage_in_streams or status not in (400, 422):
+            return False
+        if "stream_options" not in said and "include_usage" not in said:
+            return False
+        self._usage_in_streams = False
+        return True
+
     def _failure(self, exc: BaseException) -> ModelError:
         return self._clients.failure(exc, self.model)
 
 
 Content = Union[str, Sequence[Union[Part, Mapping[str, Any]]]]  # noqa: UP007 - a runtime alias
 """What :meth:`Chat.send` takes: text, or content parts."""
-
-_STREAMED: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
 
 
 def _user_message(content: object) -> Message:
