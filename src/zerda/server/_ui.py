@@ -176,7 +176,7 @@ class _UI:
         answer.set_cookie(
             COOKIE,
             key,
-            path=(self.base(request) or "") + "/ui",
+            path=self.base(request) + "/ui",
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",
@@ -186,7 +186,7 @@ class _UI:
     async def logout(self, request: Request) -> Response:
         await self.form(request)
         answer = self.back_to(request, "/ui/login")
-        answer.delete_cookie(COOKIE, path=(self.base(request) or "") + "/ui")
+        answer.delete_cookie(COOKIE, path=self.base(request) + "/ui")
         return answer
 
     # -- pages ----------------------------------------------------------------------------------
