@@ -26,6 +26,7 @@ from zerda.messages import (
     ToolCall,
     Turn,
     from_openai,
+    group_stored_turns,
     group_turns,
     to_openai,
 )
@@ -738,6 +739,25 @@ class TestGroupTurns:
     def test_accepts_any_iterable(self) -> None:
         turns = group_turns(iter([U1, A1, U2]))
         assert [t.messages for t in turns] == [(U1, A1), (U2,)]
+
+    @pytest.mark.parametrize(
+        "messages",
+        [
+            [SYSTEM, U1, A_CALL, T1, A1, U2, A2],
+            [SYSTEM, GREETING, U1, A1, SYSTEM, U2],
+            [GREETING, GREETING],
+            [],
+        ],
+    )
+    def test_stored_turns_are_the_same_turns_built_without_checks(
+        self, messages: list[Message]
+    ) -> None:
+        stored = group_stored_turns(messages)
+        assert stored == group_turns(messages)
+        assert [(t.user, t.reply) for t in stored] == [
+            (t.user, t.reply) for t in group_turns(messages)
+        ]
+        assert all(type(t) is Turn and isinstance(t.messages, tuple) for t in stored)
 
     def test_consecutive_user_messages_are_separate_turns(self) -> None:
         assert [t.messages for t in group_turns([U1, U2, A2])] == [(U1,), (U2, A2)]

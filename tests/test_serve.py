@@ -284,6 +284,9 @@ def test_bad_input_gets_the_status_that_says_why(serve: Callable[..., Live]) -> 
         error_of(http.post(post, json={"messages": []}), 422, "InvalidBody")
         error_of(http.post(post, json={"messages": [], "extra": 1}), 422, "InvalidBody")
         error_of(http.post(post, json={"format": "x", "messages": [{}]}), 422, "InvalidBody")
+        # An integer parameter given empty is not a parameter left out (schemathesis found it).
+        assert "got ''" in error_of(http.get("/v1/sessions?limit="), 422, "InvalidParameter")
+        error_of(http.get("/v1/sessions/s/context?token_limit="), 422, "InvalidParameter")
         message = error_of(
             http.post(post, json={"messages": [{"role": "wizard", "content": "x"}]}),
             400,

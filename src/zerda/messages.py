@@ -826,15 +826,31 @@ class Turn:
 
 def group_turns(messages: Iterable[Message]) -> list[Turn]:
     """Group messages into turns; system messages are skipped (they belong to no turn)."""
-    turns: list[Turn] = []
+    return [Turn(span) for span in _turn_spans(messages)]
+
+
+def group_stored_turns(messages: Iterable[Message]) -> list[Turn]:
+    """:func:`group_turns` for messages already checked (a store's): the grouping makes
+    every turn valid, so each is built without checking its messages again."""
+    turns = []
+    for span in _turn_spans(messages):
+        turn = object.__new__(Turn)
+        object.__setattr__(turn, "messages", span)
+        turns.append(turn)
+    return turns
+
+
+def _turn_spans(messages: Iterable[Message]) -> list[tuple[Message, ...]]:
+    """The messages of each turn: a new one at each user message, system messages left out."""
+    spans: list[tuple[Message, ...]] = []
     current: list[Message] = []
     for m in messages:
         if m.role in PINNED:
             continue
         if m.role is Role.USER and current:
-            turns.append(Turn(tuple(current)))
+            spans.append(tuple(current))
             current = []
         current.append(m)
     if current:
-        turns.append(Turn(tuple(current)))
-    return turns
+        spans.append(tuple(current))
+    return spans

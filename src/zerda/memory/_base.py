@@ -35,7 +35,15 @@ from zerda.memory._flow import (
 )
 from zerda.memory._record import Locate, drop_summary_past, forget_summary
 from zerda.memory._stats import MemoryStats
-from zerda.messages import PINNED, Message, Role, Turn, group_turns, stamp_batch, stamped_batch
+from zerda.messages import (
+    PINNED,
+    Message,
+    Role,
+    Turn,
+    group_stored_turns,
+    stamp_batch,
+    stamped_batch,
+)
 from zerda.parts import Part
 from zerda.policies import REPAIRS, call_ids, repair
 from zerda.stores._base import (
@@ -115,7 +123,7 @@ class _View:
     def turns(self) -> list[Turn]:
         if self.error is not None:
             raise self.error
-        return group_turns(self.tail.messages[self.start :])
+        return group_stored_turns(self.tail.messages[self.start :])
 
     @property
     def context_tokens(self) -> int:
@@ -605,14 +613,16 @@ class BaseMemory(ABC, Generic[StatsT]):
         turns = view.turns() if view.error is None else []
         characters = 0
         for turn in turns:
-            d = turn_dict(turn)
-            characters += len(str(d["input"])) + len(str(d["output"]))
+            # The seed API's characters: the turn's input and output as turn_dict shows them
+            # (None as "None"), then every other message's text and tool calls.
+            user, reply = turn.user, turn.reply  # each a scan: once a turn, not a message
+            characters += len(str(_seed_value(user))) + len(str(_seed_value(reply)))
             for m in turn.messages:
-                if m is turn.user or m is turn.reply:
+                if m is user or m is reply:
                     continue
-                characters += len(m.text) + sum(
-                    len(c.name) + len(c.arguments) for c in m.tool_calls
-                )
+                characters += len(m.text)
+                for c in m.tool_calls:
+                    characters += len(c.name) + len(c.arguments)
         tail = view.tail
         stats: dict[str, Any] = {
             "type": self._type_name,

@@ -14,7 +14,7 @@ from zerda.memory._observe import log
 from zerda.memory._record import SUMMARY_KEY, Locate, Stored, forget_summary
 from zerda.memory._stats import SummaryMemoryStats
 from zerda.memory._token import ConversationTokenBufferMemory
-from zerda.messages import Message, Role, group_turns
+from zerda.messages import Message, Role, group_stored_turns
 from zerda.policies import Overflow
 from zerda.stores._base import AsyncStore, Store, Tail
 from zerda.summarize import ExtractiveSummarizer, Summarizer, SummaryResult
@@ -402,7 +402,7 @@ class ConversationSummaryMemory(ConversationSummaryBufferMemory):
         view = super()._fit(tail, tools)
         if view is None or view.error is not None or not view.turns_in_context:
             return view
-        turns = group_turns(view.tail.messages[view.start :])
+        turns = group_stored_turns(view.tail.messages[view.start :])
         if not turns:  # repair left the turns in context empty (a greeting, an orphan result)
             return view
         newest = turns[-1]

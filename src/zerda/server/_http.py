@@ -239,7 +239,7 @@ def route(template: str, handler: Handler) -> Handler:
 
 def query_int(params: Mapping[str, str], name: str, *, minimum: int = 0) -> int | None:
     value = params.get(name)
-    if value is None or value == "":
+    if value is None:
         return None
     if not _DIGITS.fullmatch(value) or int(value) < minimum:
         raise ApiError(
