@@ -41,6 +41,7 @@ from zerda.server._ui_html import (
     sessions_page,
 )
 from zerda.stores._base import Tail
+from zerda.tokens import REPLY_PRIMING, TokenCounter
 
 if TYPE_CHECKING:
     from zerda.server._app import _Service
@@ -220,21 +221,31 @@ class _UI:
         params = request.query_params
         number = query_int(params, "page", minimum=1) or 1
         form = _memory_form(params)
-        tail = await self.service.astore.atail(stored, number * TURNS_PER_PAGE)
-        if not tail.total_messages and not tail.system:
-            await self.service.require(stored, session_id)
         context: list[Message] = []
         stats: Mapping[str, Any] | None = None
         problem = None
         memory: BaseMemory[Any] | None = None
         try:
-            memory = self.service.memory_for(stored, form.query())
-            if isinstance(memory, ConversationSummaryBufferMemory):
-                await memory.aflush()
-            context, stats = await memory.aget_context_with_stats()
+            memory = self.service.memory_for(stored, form.query())  # no I/O: settings only
         except (ApiError, ZerdaError) as exc:
             problem = describe_error(exc)[2]
-        view = self.view(session_id, tail, number, form, context, stats, problem, memory)
+        counter = (
+            memory.token_counter
+            if isinstance(memory, ConversationTokenBufferMemory)
+            else self.service.counter
+        )
+        # The counts stored with the messages come with them: the page tokenizes none of them.
+        tail = await self.service.astore.atail(stored, number * TURNS_PER_PAGE, counter.name)
+        if not tail.total_messages and not tail.system:
+            await self.service.require(stored, session_id)
+        if memory is not None:
+            try:
+                if isinstance(memory, ConversationSummaryBufferMemory):
+                    await memory.aflush()
+                context, stats = await memory.aget_context_with_stats()
+            except (ApiError, ZerdaError) as exc:
+                problem = describe_error(exc)[2]
+        view = self.view(session_id, tail, number, form, context, stats, problem, counter)
         body = session_page(view, base=self.base(request), csrf=self.csrf(request))
         return self.html(request, f"Session {session_id}", body, tenant)
 
@@ -247,15 +258,12 @@ class _UI:
         context: list[Message],
         stats: Mapping[str, Any] | None,
         problem: str | None,
-        memory: BaseMemory[Any] | None,
+        counter: TokenCounter,
     ) -> SessionView:
         """What the page shows: the ``number``-th page of turns from the newest, each with its
-        tokens and what the context made of it."""
-        counter = (
-            memory.token_counter
-            if isinstance(memory, ConversationTokenBufferMemory)
-            else self.service.counter
-        )
+        tokens (as ``counter`` counts them: stored counts, the missing ones counted) and what
+        the context made of it."""
+        counts = list(tail.tokens) or [None] * len(tail.messages)
         in_context = {m.id: m for m in context if m.id is not None}
         stored_ids = {m.id for m in tail.messages} | {m.id for m in tail.system}
         shortened = frozenset(
@@ -273,9 +281,11 @@ class _UI:
             messages = tail.messages[starts[i] : end]
             kept = sum(m.id in in_context for m in messages)
             state = "context" if kept == len(messages) else "evicted" if not kept else "partial"
-            turns.append(
-                TurnView(offset + i + 1, messages, counter.count_messages(messages), state)
+            tokens = REPLY_PRIMING + sum(
+                counter.count_message(m) if n is None else n
+                for m, n in zip(messages, counts[starts[i] : end], strict=True)
             )
+            turns.append(TurnView(offset + i + 1, messages, tokens, state))
         summary = next(
             (str(m.content) for m in context if m.role is Role.SYSTEM and m.id not in stored_ids),
             None,
