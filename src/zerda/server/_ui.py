@@ -34,7 +34,7 @@ from zerda.server._ui_html import (
     TurnView,
     confirm_page,
     error_page,
-    esc,
+    fork_page,
     login_page,
     page,
     session_page,
@@ -329,7 +329,7 @@ class _UI:
             ),
         }
         if action == "fork":
-            body = _fork_form(here, csrf)
+            body = fork_page(here=here, csrf=csrf)
         elif action in questions:
             question, button, fields = questions[action]
             body = confirm_page(
@@ -409,16 +409,6 @@ class _UI:
 
         answer.__name__ = handler.__name__
         return answer
-
-
-def _fork_form(here: str, csrf: str) -> str:
-    return (
-        "<h1>Fork the session</h1><p>A copy of the whole log, as a new session you name.</p>"
-        f'<form method="post" action="{esc(here)}/fork" class="confirm">'
-        f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
-        '<label>New session id <input name="new_session_id" required></label> '
-        f'<button type="submit">Fork</button> <a href="{esc(here)}">Cancel</a></form>'
-    )
 
 
 def _memory_form(params: Mapping[str, str]) -> MemoryForm:

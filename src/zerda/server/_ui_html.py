@@ -26,6 +26,7 @@ __all__ = [
     "TurnView",
     "confirm_page",
     "error_page",
+    "fork_page",
     "login_page",
     "page",
     "session_page",
@@ -107,6 +108,17 @@ def confirm_page(
         f'<input type="hidden" name="csrf" value="{esc(csrf)}">{hidden}'
         f'<button type="submit" class="danger">{esc(button)}</button> '
         f'<a href="{esc(back)}">Cancel</a></form>'
+    )
+
+
+def fork_page(*, here: str, csrf: str) -> str:
+    """The fork's confirmation: the new session's id, asked for."""
+    return (
+        "<h1>Fork the session</h1><p>A copy of the whole log, as a new session you name.</p>"
+        f'<form method="post" action="{esc(here)}/fork" class="confirm">'
+        f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+        '<label>New session id <input name="new_session_id" required></label> '
+        f'<button type="submit">Fork</button> <a href="{esc(here)}">Cancel</a></form>'
     )
 
 
