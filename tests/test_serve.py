@@ -245,6 +245,27 @@ def test_metadata_and_delete(serve: Callable[..., Live]) -> None:
         error_of(http.get("/v1/sessions/m/metadata"), 404)
 
 
+def test_answers_are_the_same_json_whoever_writes_it(serve: Callable[..., Live]) -> None:
+    """Answers are written by orjson; what it cannot write (an integer over 64 bits) by the
+    standard library, so every value comes back as it was sent."""
+    import orjson
+
+    from zerda.server._http import JSONResponse
+
+    values = {"text": 'café \u2028 "quoted" \\ </script>', "n": -3, "x": 0.1, "e": 1e300}
+    fast = JSONResponse({"metadata": values}).body
+    assert fast == orjson.dumps({"metadata": values})
+    assert json.loads(fast) == {"metadata": values}
+    assert json.loads(JSONResponse({"big": 2**70}).body) == {"big": 2**70}  # the fallback
+    live = serve()
+    with live.client(key_for(live, "t")) as http:
+        sent = {**values, "big": 2**70, "list": [None, True, {"deep": [1.5]}]}
+        r = http.patch("/v1/sessions/j/metadata", json={"metadata": sent})
+        assert r.status_code == 200
+        assert r.json() == {"metadata": sent}
+        assert http.get("/v1/sessions/j/metadata").json() == {"metadata": sent}
+
+
 def test_sessions_are_listed_a_page_at_a_time(serve: Callable[..., Live]) -> None:
     live = serve()
     with live.client(key_for(live, "t")) as http:

@@ -45,6 +45,7 @@ from zerda.stores import (
     SQLiteStore,
     Store,
 )
+from zerda.stores._base import AsyncOverThread, WouldWait
 from zerda.stores._sqlite import MIGRATIONS, TAIL_QUERY
 
 
@@ -825,3 +826,140 @@ def test_async_store_lets_other_tasks_run_while_it_waits_for_the_file(tmp_path: 
         holder.close()
     with SQLiteStore(path) as store:
         assert [m.content for m in store.history("s")] == ["waited"]
+
+
+# -- async calls over a sync SQLiteStore (AsyncOverThread: memories, zerda serve) -------------
+
+
+def _threads_of(store: SQLiteStore) -> set[int]:
+    """The threads that run ``store``'s transactions from now on (recorded by its clock,
+    which every append and metadata write reads inside the transaction)."""
+    seen: set[int] = set()
+
+    def clock() -> float:
+        seen.add(threading.get_ident())
+        return time.time()
+
+    store._clock = clock
+    return seen
+
+
+def test_short_async_calls_run_at_once_on_the_loop_when_the_store_is_free(
+    tmp_path: Path,
+) -> None:
+    """A hop to a worker thread costs more than a short transaction: appends, bounded
+    tails and metadata run on the event loop's thread when nothing holds a lock."""
+    store = SQLiteStore(tmp_path / "z.db")
+    threads = _threads_of(store)
+    wrapped = AsyncOverThread(store)
+
+    async def main() -> int:
+        await wrapped.aappend("s", conversation(2))
+        await wrapped.aupdate_metadata("s", {"k": 1})
+        assert await wrapped.acompare_and_set("s", "k", 1, 2)
+        assert (await wrapped.aget_metadata("s"))["k"] == 2
+        assert (await wrapped.atail("s", 1)).total_turns == 2
+        return threading.get_ident()
+
+    assert threads == {asyncio.run(main())}
+    assert store._db is not None
+    assert store._db.execute("PRAGMA busy_timeout").fetchone() == (30000,)  # put back
+    store.close()
+
+
+def test_a_whole_log_is_read_in_a_thread(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "z.db")
+    store.append("s", conversation(2))
+    wrapped = AsyncOverThread(store)
+    readers: set[int] = set()
+    decode = store._decode
+
+    def recording(*args: Any, **kwargs: Any) -> Message:
+        readers.add(threading.get_ident())
+        return decode(*args, **kwargs)
+
+    store._decode = recording  # type: ignore[method-assign]
+    store._decoded = sqlite_module.DecodedMessages(16)  # nothing decoded yet
+
+    async def main() -> int:
+        assert (await wrapped.atail("s", None)).total_turns == 2
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert readers, "nothing was decoded"
+    assert loop_thread not in readers
+    store.close()
+
+
+def test_an_async_append_over_a_busy_file_waits_in_a_thread_and_stores_once(
+    tmp_path: Path,
+) -> None:
+    """Another connection holds the write lock: the append does not wait on the loop (which
+    runs on), gives up nothing, and is stored once when the lock is released."""
+    path = tmp_path / "z.db"
+    store = SQLiteStore(path, timeout=5)
+    threads = _threads_of(store)
+    wrapped = AsyncOverThread(store)
+    holder = raw_connection(path)
+
+    async def main() -> int:
+        holder.execute("BEGIN IMMEDIATE")
+        append = asyncio.ensure_future(wrapped.aappend("s", [Message(Role.USER, "waited")]))
+        await asyncio.sleep(0.05)  # were the append waiting on the loop, this would not run
+        assert not append.done()
+        holder.execute("COMMIT")
+        assert await append == 1
+        return threading.get_ident()
+
+    try:
+        loop_thread = asyncio.run(main())
+    finally:
+        holder.close()
+    assert threads, "the append never ran"
+    assert loop_thread not in threads  # the write that waited ran in a thread
+    assert [m.content for m in store.history("s")] == ["waited"]
+    assert store._db is not None
+    assert store._db.execute("PRAGMA busy_timeout").fetchone() == (5000,)
+    store.close()
+
+
+def test_an_async_call_while_a_thread_holds_the_store_goes_to_a_thread(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "z.db")
+    wrapped = AsyncOverThread(store)
+
+    async def main() -> list[str]:
+        events: list[str] = []
+        store._lock.acquire()  # as a worker thread in the middle of a transaction would
+        try:
+            append = asyncio.ensure_future(wrapped.aappend("s", [Message(Role.USER, "later")]))
+            await asyncio.sleep(0.05)
+            events.append("loop ran while the store was held")
+            assert not append.done()
+        finally:
+            store._lock.release()
+        await append
+        events.append("append done")
+        return events
+
+    assert asyncio.run(main()) == ["loop ran while the store was held", "append done"]
+    assert [m.content for m in store.history("s")] == ["later"]
+    store.close()
+
+
+def test_run_now_refuses_a_write_that_would_wait_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "z.db"
+    store = SQLiteStore(path)
+    holder = raw_connection(path)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(WouldWait):
+            store.run_now(lambda s: s.append("s", [Message(Role.USER, "no")]))
+        # A read does not wait for a writer under WAL: it runs.
+        assert store.run_now(lambda s: s.history("s")) == []
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert store.history("s") == []
+    assert store.run_now(lambda s: s.append("s", [Message(Role.USER, "yes")])) == 1
+    assert [m.content for m in store.history("s")] == ["yes"]
+    store.close()

@@ -424,7 +424,7 @@ class BaseMemory(ABC, Generic[StatsT]):
 
     def _log_repairs(self, view: _View) -> None:
         key = (id(self.store), self.session_id)
-        if _WARNED.get(key):
+        if _WARNED.lookup(key):
             return
         counts = view.repairs_made()
         if counts:

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from zerda import formats
@@ -38,6 +38,7 @@ from zerda.messages import Message, stamped_batch
 from zerda.server._http import (
     ApiError,
     Handler,
+    JSONResponse,
     Metrics,
     Observe,
     query_int,
@@ -173,7 +174,7 @@ class _Service:
         same session and settings, so that what it learns reading (how many turns its
         context takes, which part of the log it found valid) saves the next read's work."""
         key = (stored, *(params.get(name) for name in _MEMORY_PARAMS))
-        memory = self.memories.get(key)
+        memory = self.memories.lookup(key)
         if memory is None:
             memory = _memory(params, stored, self.store, self.counter_for(params))
             self.memories.put(key, memory)
@@ -487,7 +488,7 @@ def _messages_of(body: object) -> list[Message] | list[object]:
 
 # What decides the memory a context read uses (the format only converts its answer).
 _MEMORY_PARAMS = ("memory", "k", "token_limit", "reserve", "counter")
-# Memories kept between reads (a session and settings each); all are forgotten when full.
+# Memories kept between reads (a session and settings each): the recently used ones.
 _MEMORIES_KEPT = 4096
 
 

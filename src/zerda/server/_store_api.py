@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from zerda.errors import InvalidMessageError, MessageNotFoundError, SessionExistsError
 from zerda.parts import Part, part_from_dict
-from zerda.server._http import ApiError, Handler, query_int, read_json
+from zerda.server._http import ApiError, Handler, JSONResponse, query_int, read_json
 from zerda.stores._base import Tail, message_not_found, session_exists
 
 if TYPE_CHECKING:

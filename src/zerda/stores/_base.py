@@ -35,6 +35,7 @@ __all__ = [
     "Tail",
     "ThreadedAsync",
     "TokenCounts",
+    "WouldWait",
     "canonical_json",
     "check_batch",
     "check_ids",
@@ -222,38 +223,65 @@ def redact(text: str) -> str:
 
 
 class BoundedCache(Generic[_K, _V]):
-    """A dict that forgets everything when full.
+    """Recently used values, at most ``2 * size``, in two generations.
 
-    Dropping everything keeps every step a single dict operation, safe between threads
-    without a lock; the values cached here are immutable or never changed, so sharing them is
-    safe. For what readers decode again and again: stored messages, token counts, log elements.
+    When the current generation holds ``size`` values it becomes the old one (the one before
+    is dropped) and a new one starts. ``get`` looks in the current generation only: one C
+    call, as readers make many per tail. After it misses, ``recall`` looks in the old one and
+    brings back what it finds. So a working set of up to ``size`` values stays cached however
+    many values pass through once (appended messages, other sessions' one-off reads), where
+    forgetting everything at once would drop it and decode it all again at every turnover.
+
+    Every step is a dict operation or two, safe between threads without a lock: at worst a
+    race loses a value, which is decoded again. The values cached here are immutable or never
+    changed, so sharing them is safe. For what readers decode again and again: stored
+    messages, token counts, log elements.
     """
 
-    __slots__ = ("_items", "get", "size")
+    __slots__ = ("_items", "_old", "get", "size")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._items: dict[_K, _V] = {}
+        self._old: dict[_K, _V] = {}
         # The dict's own method: a lookup is one C call, as readers make many per tail.
         self.get: Callable[[_K], _V | None] = self._items.get
 
+    def recall(self, key: _K) -> _V | None:
+        """After ``get`` missed: ``key``'s value from the old generation, kept again."""
+        value = self._old.get(key)
+        if value is not None:
+            self.put(key, value)
+        return value
+
+    def lookup(self, key: _K) -> _V | None:
+        """``get``, then ``recall``: for callers that are not on a hot path."""
+        value = self.get(key)
+        return self.recall(key) if value is None else value
+
     def put(self, key: _K, value: _V) -> None:
         if len(self._items) >= self.size:
-            self._items.clear()
+            self._turn_over()
         self._items[key] = value
 
     def put_many(self, pairs: Sequence[tuple[_K, _V]]) -> None:
-        """Remember the last ``size`` of ``pairs``, clearing first if they would not fit."""
+        """Remember the last ``size`` of ``pairs``, turning over first if they would not fit."""
         pairs = pairs[len(pairs) - min(len(pairs), self.size) :]
         if len(self._items) + len(pairs) > self.size:
-            self._items.clear()
+            self._turn_over()
         self._items.update(pairs)
+
+    def _turn_over(self) -> None:
+        self._old = self._items
+        self._items = {}
+        self.get = self._items.get
 
     def clear(self) -> None:
         self._items.clear()
+        self._old = {}
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._items) + len(self._old)
 
 
 @dataclass(slots=True)  # not frozen: built on every read, and frozen init is slow
@@ -303,6 +331,8 @@ class DecodedMessages:
     def decode(self, body: str, where: str, session_id: str, remember: bool = True) -> Message:
         """The message stored as ``body``; ``where`` names the store in a decoding error."""
         message = self._cache.get(body)
+        if message is None:
+            message = self._cache.recall(body)
         if message is not None:
             return message
         try:
@@ -608,6 +638,11 @@ class AsyncStore(Protocol):
     async def aclose(self) -> None: ...
 
 
+class WouldWait(Exception):
+    """Raised by a store's ``run_now(call)`` when ``call`` would have to wait (for a lock
+    another thread or process holds) and so has done nothing: run it in a thread instead."""
+
+
 class ThreadedAsync:
     """The :class:`AsyncStore` methods of a store whose I/O blocks: each runs the sync method
     in a worker thread, so the event loop never waits on it.
@@ -624,10 +659,15 @@ class ThreadedAsync:
         store = self._threaded()
         return await asyncio.to_thread(call, store)
 
+    async def _short(self, call: Callable[[Store], _T]) -> _T:
+        """A call that is one short transaction (an append, a bounded tail, metadata): in a
+        thread like the others, unless the class knows a faster way (``AsyncOverThread``)."""
+        return await self._in_thread(call)
+
     async def aappend(
         self, session_id: str, messages: Sequence[Message], tokens: TokenCounts | None = None
     ) -> int:
-        return await self._in_thread(lambda s: s.append(session_id, messages, tokens))
+        return await self._short(lambda s: s.append(session_id, messages, tokens))
 
     async def aappend_then_tail(
         self,
@@ -637,24 +677,26 @@ class ThreadedAsync:
         turns: int | None,
         counter: str | None = None,
     ) -> tuple[int, Tail]:
-        return await self._in_thread(
+        return await self._short(
             lambda s: s.append_then_tail(session_id, messages, tokens, turns, counter)
         )
 
     async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
-        return await self._in_thread(lambda s: s.tail(session_id, turns, counter))
+        # A whole log (turns=None) may be long to read: always in a thread.
+        run = self._in_thread if turns is None else self._short
+        return await run(lambda s: s.tail(session_id, turns, counter))
 
     async def ahistory(self, session_id: str) -> list[Message]:
         return await self._in_thread(lambda s: s.history(session_id))
 
     async def aget_metadata(self, session_id: str) -> dict[str, Any]:
-        return await self._in_thread(lambda s: s.get_metadata(session_id))
+        return await self._short(lambda s: s.get_metadata(session_id))
 
     async def aupdate_metadata(self, session_id: str, values: Mapping[str, Any]) -> None:
-        await self._in_thread(lambda s: s.update_metadata(session_id, values))
+        await self._short(lambda s: s.update_metadata(session_id, values))
 
     async def acompare_and_set(self, session_id: str, key: str, expected: Any, value: Any) -> bool:
-        return await self._in_thread(lambda s: s.compare_and_set(session_id, key, expected, value))
+        return await self._short(lambda s: s.compare_and_set(session_id, key, expected, value))
 
     async def alist_sessions(self) -> list[SessionInfo]:
         return await self._in_thread(lambda s: s.list_sessions())
@@ -692,9 +734,28 @@ class AsyncOverThread(ThreadedAsync):
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        # A store that can tell, without waiting, whether a call would wait (SQLiteStore).
+        # Looked up on the class: a wrapper that delegates by __getattr__ must not hand its
+        # calls to the store it wraps.
+        self._now: Callable[[Store, Callable[[Store], Any]], Any] | None = getattr(
+            type(store), "run_now", None
+        )
 
     def _threaded(self) -> Store:
         return self.store
+
+    async def _short(self, call: Callable[[Store], _T]) -> _T:
+        """``call`` at once on this thread when the store says it needn't wait, else in a
+        worker thread: a hop to a thread and back costs more than a short SQLite transaction,
+        and under load the hops queue behind each other."""
+        if self._now is not None:
+            try:
+                result: _T = self._now(self.store, call)
+            except WouldWait:
+                pass
+            else:
+                return result
+        return await asyncio.to_thread(call, self.store)
 
     def __repr__(self) -> str:
         return f"AsyncOverThread({self.store!r})"

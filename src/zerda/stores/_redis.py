@@ -1211,6 +1211,8 @@ class _RedisBase:
         self, raw: bytes | str, session_id: str, remember: bool = True
     ) -> tuple[Message, dict[str, Any] | None]:
         hit = self._decoded.get(raw)
+        if hit is None:
+            hit = self._decoded.recall(raw)
         if hit is not None:
             return hit
         try:
@@ -1232,6 +1234,8 @@ class _RedisBase:
     def _element(self, raw: bytes | str, session_id: str, remember: bool = True) -> _Turn:
         """A log element, decoded."""
         hit = self._elements.get(raw)
+        if hit is None:
+            hit = self._elements.recall(raw)
         if hit is not None:
             return hit
         parts = _parts(raw)

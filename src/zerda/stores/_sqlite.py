@@ -33,6 +33,7 @@ from zerda.stores._base import (
     Tail,
     ThreadedAsync,
     TokenCounts,
+    WouldWait,
     check_batch,
     check_ids,
     check_retention,
@@ -268,6 +269,7 @@ class SQLiteStore(ClosingStore):
         # buy little and cost much: connections left open by threads that ended, and a
         # close() that cannot reach them.
         self._lock = threading.Lock()
+        self._now = threading.local()  # .active: this thread's call must not wait (run_now)
         self._decoded = DecodedMessages(_CACHE_SIZE)
         self._counts: BoundedCache[str, dict[str, int | None]] = BoundedCache(_CACHE_SIZE)
         self._db: sqlite3.Connection | None = self._open()
@@ -396,11 +398,33 @@ class SQLiteStore(ClosingStore):
             raise StoreUnavailableError(f"SQLite store {self.path!r} is closed")
         return self._db
 
+    def run_now(self, call: Callable[[SQLiteStore], _T]) -> _T:
+        """``call(self)`` on this thread if none of its transactions has to wait, else
+        ``WouldWait`` (with nothing done: the transaction that would
+        have waited is rolled back). For calls that are one transaction: what
+        ``AsyncOverThread`` runs without a hop to a worker thread."""
+        self._now.active = True
+        try:
+            return call(self)
+        finally:
+            self._now.active = False
+
     @contextmanager
     def _transaction(self, begin: str, doing: str) -> Iterator[sqlite3.Connection]:
-        """One transaction under the store's lock; sqlite3 errors become Zerda errors."""
-        with self._lock:
+        """One transaction under the store's lock; sqlite3 errors become Zerda errors.
+
+        Under :meth:`run_now` it takes neither the lock nor the file's locks if it would
+        have to wait for them: it raises WouldWait instead."""
+        now = getattr(self._now, "active", False)
+        if not self._lock.acquire(blocking=not now):
+            raise WouldWait
+        # Only a writer waits for another connection under WAL (readers read a snapshot):
+        # under run_now, a writer must not.
+        now = now and begin != "BEGIN"
+        try:
             db = self._connection()
+            if now:
+                db.execute("PRAGMA busy_timeout = 0")
             try:
                 db.execute(begin)
                 yield db
@@ -409,9 +433,16 @@ class SQLiteStore(ClosingStore):
                 if db.in_transaction:
                     with suppress(sqlite3.Error):  # the first error is the one to report
                         db.execute("ROLLBACK")
+                if now and isinstance(exc, sqlite3.OperationalError) and _locked(exc):
+                    raise WouldWait from exc
                 if isinstance(exc, sqlite3.Error):
                     raise self._error(exc, doing) from exc
                 raise
+            finally:
+                if now:
+                    db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+        finally:
+            self._lock.release()
 
     def _write(self, doing: str) -> AbstractContextManager[sqlite3.Connection]:
         # BEGIN IMMEDIATE takes the write lock up front: writers queue (busy_timeout) instead
@@ -469,6 +500,8 @@ class SQLiteStore(ClosingStore):
         if tokens is None:
             return None
         counts = self._counts.get(tokens)  # few distinct texts: {"counter": n} for small n
+        if counts is None:
+            counts = self._counts.recall(tokens)
         if counts is None:
             try:
                 counts = json.loads(tokens)
@@ -905,6 +938,14 @@ def _encode_counts(given: TokenCounts, n: int) -> list[str | None]:
         return [f"{{{key}:{c}}}" for c in counts]
     items = list(given.items())
     return [json.dumps({name: counts[i] for name, counts in items}) for i in range(n)]
+
+
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    """Whether sqlite3 refused for a lock another connection holds (SQLITE_BUSY/LOCKED)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)  # type: ignore[attr-defined]
+    return "locked" in str(exc)
 
 
 class AsyncSQLiteStore(ThreadedAsync, AsyncClosingStore):
