@@ -200,6 +200,90 @@ def test_each_memory_gives_what_the_library_gives(
         assert r.json()["stats"] == expected.get_memory_stats()
 
 
+@pytest.mark.parametrize("backend", ["redis", "postgres"])
+def test_over_redis_and_postgres_requests_go_through_the_native_async_store(
+    serve: Callable[..., Live], backend: str
+) -> None:
+    """zerda serve over Redis or Postgres answers through the backend's async store (what
+    open_native_async gives), never the sync store's methods; every kind of request answers
+    as the library over the sync store says, a revoked key is refused at once, and the app
+    closes the async store when it stops."""
+    from services import RUN_ID, require_postgres, require_redis
+
+    from zerda.stores import AsyncPostgresStore, AsyncRedisStore
+    from zerda.stores._open import open_native_async, open_store
+
+    name = f"{RUN_ID}_serve_async_{backend}"
+    if backend == "redis":
+        target, twin_class = f"{require_redis()}?prefix={name}", AsyncRedisStore
+    else:
+        target, twin_class = f"{require_postgres()}?schema={name}", AsyncPostgresStore
+    store = open_store(target)
+    twin = open_native_async(target)
+    assert isinstance(twin, twin_class)
+    assert open_native_async("chats.db") is None  # SQLite: the sync store's fast path
+
+    class Untouched:  # the sync store, for KeyRing and the checks here: requests never call it
+        def __getattr__(self, attribute: str) -> Any:
+            value = getattr(store, attribute)
+            if callable(value) and threading.current_thread() is not threading.main_thread():
+                raise AssertionError(f"a request called the sync store's {attribute}")
+            return value
+
+    try:
+        live = serve(Untouched(), async_store=twin)
+        key, record = KeyRing(store).create("t")
+        with live.client(key) as http:
+            for n in range(3):
+                turn = [{"role": "user", "content": f"question {n}"}, *TOOL_TURN[1:]]
+                call = {**TOOL_TURN[1]["tool_calls"][0], "id": f"c{n}"}
+                turn[1] = {**turn[1], "tool_calls": [call]}
+                turn[2] = {**turn[2], "tool_call_id": f"c{n}"}
+                r = http.post("/v1/sessions/x/messages", json={"messages": turn})
+                assert r.status_code == 201, r.text
+            for params, memory in [
+                ({"k": "1"}, ConversationBufferWindowMemory(k=1, store=store, session_id="t:x")),
+                (
+                    {"token_limit": "40", "counter": "approx"},
+                    ConversationTokenBufferMemory(
+                        40, token_counter=counter_by_name("approx"), store=store, session_id="t:x"
+                    ),
+                ),
+            ]:
+                r = http.get("/v1/sessions/x/context", params=params)
+                assert r.status_code == 200, r.text
+                assert r.json()["messages"] == [m.to_openai() for m in memory.get_context()]
+                assert r.json()["stats"] == memory.get_memory_stats()
+            log = http.get("/v1/sessions/x/messages").json()["messages"]
+            assert [m["id"] for m in log] == [m.id for m in store.history("t:x")]
+            r = http.patch("/v1/sessions/x/metadata", json={"metadata": {"user": "ada"}})
+            assert r.json() == {"metadata": {"user": "ada"}}
+            r = http.post("/v1/sessions/x/fork", json={"new_session_id": "y", "at": log[3]["id"]})
+            assert r.status_code == 201, r.text
+            assert [m.id for m in store.history("t:y")] == [m["id"] for m in log[:4]]
+            assert len(http.post("/v1/sessions/x/pop").json()["messages"]) == 4
+            r = http.patch(f"/v1/sessions/x/messages/{log[0]['id']}", json={"content": "edited"})
+            assert r.json()["message"]["content"] == "edited"
+            assert http.delete(f"/v1/sessions/x/messages/{log[1]['id']}").json()["deleted"] == 2
+            assert store.history("t:x")[0].content == "edited"
+            ids = {s["id"] for s in http.get("/v1/sessions").json()["sessions"]}
+            assert ids == {"x", "y"}
+            assert http.delete("/v1/sessions/y").status_code == 204
+            assert http.get("/healthz").json() == {"status": "ok"}
+            KeyRing(store).revoke(record.key_id)
+            error_of(http.get("/v1/sessions/x/messages"), 401, "Unauthorized")
+        live.close()
+        assert twin._closed  # the app's lifespan closed it
+    finally:
+        store.clear()
+        if backend == "postgres":
+            import psycopg
+
+            with psycopg.connect(require_postgres(), autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        store.close()
+
+
 def test_formats_in_and_out(serve: Callable[..., Live]) -> None:
     live = serve()
     with live.client(key_for(live, "t")) as http:

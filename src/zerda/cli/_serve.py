@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from zerda.cli._render import local_time, table
 from zerda.errors import ConfigurationError
-from zerda.stores._open import open_store
+from zerda.stores._open import open_native_async, open_store
 from zerda.tokens import counter_by_name
 
 if TYPE_CHECKING:
@@ -115,7 +115,13 @@ def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
         "root_path": args.root_path.rstrip("/"),
     }
     if args.workers == 1:
-        app = create_app(store, auth=auth, max_body=args.max_body, counter=args.counter)
+        app = create_app(
+            store,
+            auth=auth,
+            max_body=args.max_body,
+            counter=args.counter,
+            async_store=open_native_async(ctx.target),
+        )
         try:
             uvicorn.run(app, **settings)
         finally:

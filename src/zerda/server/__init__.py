@@ -27,7 +27,7 @@ from starlette.applications import Starlette
 
 from zerda.server._app import DEFAULT_MAX_BODY, create_app
 from zerda.server._keys import ApiKey, KeyRing, Tenant, check_tenant
-from zerda.stores._open import open_store
+from zerda.stores._open import open_native_async, open_store
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -66,5 +66,9 @@ def app_from_environment() -> Starlette:
     config = json.loads(raw)
     store = open_store(config["db"])
     return create_app(
-        store, auth=config["auth"], max_body=config["max_body"], counter=config["counter"]
+        store,
+        auth=config["auth"],
+        max_body=config["max_body"],
+        counter=config["counter"],
+        async_store=open_native_async(config["db"]),
     )

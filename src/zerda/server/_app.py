@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Lifespan
 
 from zerda import formats
 from zerda.errors import (
@@ -127,11 +129,21 @@ class _Service:
     and the REST handlers that parse a request into one."""
 
     def __init__(
-        self, store: Store, *, auth: bool, max_body: int, counter: str, metrics: Metrics
+        self,
+        store: Store,
+        *,
+        auth: bool,
+        max_body: int,
+        counter: str,
+        metrics: Metrics,
+        async_store: AsyncStore | None = None,
     ) -> None:
         self.store = store
         self.counter = counter_by_name(counter)  # now: a warning about it shows at start-up
-        self.astore: AsyncStore = AsyncOverThread(store)
+        # What requests go through: the native async store when there is one, else the sync
+        # store, whose calls run in threads (a SQLite store's short ones at once).
+        self.astore: AsyncStore = async_store or AsyncOverThread(store)
+        self.data: Store | AsyncStore = async_store or store
         self.keys = KeyRing(store)
         self.auth = auth
         self.max_body = max_body
@@ -176,7 +188,7 @@ class _Service:
         key = (stored, *(params.get(name) for name in _MEMORY_PARAMS))
         memory = self.memories.lookup(key)
         if memory is None:
-            memory = _memory(params, stored, self.store, self.counter_for(params))
+            memory = _memory(params, stored, self.data, self.counter_for(params))
             self.memories.put(key, memory)
         return memory
 
@@ -269,7 +281,7 @@ class _Service:
     #    what changed is dropped; see docs/editing.md) --------------------------------------
 
     def editor(self, stored: str) -> ConversationBufferMemory:
-        return ConversationBufferMemory(store=self.store, session_id=stored)
+        return ConversationBufferMemory(store=self.data, session_id=stored)
 
     async def delete_message(self, stored: str, session_id: str, message_id: str) -> int:
         """Delete one message (and, for a call, its results); 404 when it is not there."""
@@ -493,7 +505,7 @@ _MEMORIES_KEPT = 4096
 
 
 def _memory(
-    params: Mapping[str, str], stored: str, store: Store, counter: TokenCounter
+    params: Mapping[str, str], stored: str, store: Store | AsyncStore, counter: TokenCounter
 ) -> BaseMemory[Any]:
     """The memory ``memory=`` names, with its settings, on the session ``stored``."""
     k = query_int(params, "k", minimum=1)
@@ -533,6 +545,7 @@ def create_app(
     auth: bool = True,
     max_body: int = DEFAULT_MAX_BODY,
     counter: str = "default",
+    async_store: AsyncStore | None = None,
 ) -> Starlette:
     """The service over ``store``: an ASGI app to run with uvicorn (``zerda serve`` does).
 
@@ -540,9 +553,21 @@ def create_app(
     development only. ``counter`` names the token counter (as
     :func:`zerda.tokens.counter_by_name` takes it) whose counts are stored with appended
     messages and that token budgets use when a request names none.
+
+    ``async_store``, the same data as a native async store (``zerda serve`` gives one for
+    Redis and Postgres: an :class:`~zerda.stores.AsyncRedisStore` or
+    :class:`~zerda.stores.AsyncPostgresStore`), answers the requests instead of ``store``'s
+    methods run in threads; the app closes it when it stops.
     """
     metrics = Metrics()
-    service = _Service(store, auth=auth, max_body=max_body, counter=counter, metrics=metrics)
+    service = _Service(
+        store,
+        auth=auth,
+        max_body=max_body,
+        counter=counter,
+        metrics=metrics,
+        async_store=async_store,
+    )
     session = "/v1/sessions/{session_id}"
     operations = [
         ("/v1/sessions", service.list_sessions, ["GET"]),
@@ -573,7 +598,8 @@ def create_app(
         Route(path, route(path, _by_method(path, handlers, documented)), methods=list(handlers))
         for path, handlers in ((p, by_path[p]) for p in paths)
     ]
-    mcp_routes, lifespan = mcp_mount(service)
+    mcp_routes, mcp_lifespan = mcp_mount(service)
+    lifespan = _closing(async_store, mcp_lifespan) if async_store is not None else mcp_lifespan
     served += mcp_routes
     served += ui_routes(service)
     app = Starlette(
@@ -587,6 +613,23 @@ def create_app(
     app.add_middleware(Observe, metrics=metrics)
     app.state.service = service
     return app
+
+
+def _closing(store: AsyncStore, inner: Lifespan[Starlette] | None) -> Lifespan[Starlette]:
+    """``inner`` (the MCP session manager's lifespan, if any), then ``store`` closed."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            if inner is None:
+                yield
+            else:
+                async with inner(app):
+                    yield
+        finally:
+            await store.aclose()
+
+    return lifespan
 
 
 def _by_method(path: str, handlers: Mapping[str, Handler], paths: Mapping[str, Any]) -> Handler:

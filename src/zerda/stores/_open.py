@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from zerda.errors import ConfigurationError
-from zerda.stores._base import Store, redact
+from zerda.stores._base import AsyncStore, Store, redact
 
-__all__ = ["ACCEPTED_TARGETS", "StoreTarget", "open_store", "parse_target"]
+__all__ = ["ACCEPTED_TARGETS", "StoreTarget", "open_native_async", "open_store", "parse_target"]
 
 ACCEPTED_TARGETS = (
     "a file path (SQLite; a path ending in .json is a JSON file), sqlite:///absolute/path, "
@@ -249,3 +249,25 @@ _OPENERS: dict[str, Callable[[StoreTarget, dict[str, Any]], Store]] = {
     "postgres": _open_postgres,
     "http": _open_http,
 }
+
+
+def open_native_async(target: str | os.PathLike[str]) -> AsyncStore | None:
+    """For a Redis or Postgres ``target``, its native async store (:class:`AsyncRedisStore`,
+    :class:`AsyncPostgresStore`), which connects on its first ``await``, in the event loop
+    that awaits; ``None`` for the other backends, whose sync store async code runs over
+    (``AsyncOverThread``: a SQLite store's short calls at once, the rest in threads).
+
+    ``zerda serve`` answers its requests through it: a query awaited on the loop costs less
+    than one sent from a worker thread and waited for there."""
+    parsed = parse_target(target)
+    if parsed.backend == "redis":
+        from zerda.stores._redis import open_async_redis_url
+
+        assert parsed.url is not None
+        return open_async_redis_url(parsed.url)
+    if parsed.backend == "postgres":
+        from zerda.stores._postgres import open_async_postgres_url
+
+        assert parsed.url is not None
+        return open_async_postgres_url(parsed.url)
+    return None

@@ -1160,12 +1160,23 @@ def open_postgres_url(url: str, **options: Any) -> PostgresStore:
     """A :class:`PostgresStore` for a ``postgresql://`` URL or a libpq key/value string;
     ``schema=NAME`` in it (``?schema=NAME`` in a URL) picks the schema (default ``zerda``),
     ``options`` go to the constructor."""
+    return PostgresStore(_schema_option(url, options), **options)
+
+
+def open_async_postgres_url(url: str, **options: Any) -> AsyncPostgresStore:
+    """The :class:`AsyncPostgresStore` of the same ``url`` as :func:`open_postgres_url`
+    takes."""
+    return AsyncPostgresStore(_schema_option(url, options), **options)
+
+
+def _schema_option(url: str, options: dict[str, Any]) -> str:
+    """``url`` without its ``schema=NAME``, which goes into ``options``."""
     dsn, schema = split_schema(url)
     if schema is not None:
         if "schema" in options:
             raise ConfigurationError("give the schema once: in the URL (?schema=) or as schema=")
         options["schema"] = schema
-    return PostgresStore(dsn, **options)
+    return dsn
 
 
 # -- encoding ---------------------------------------------------------------------------------

@@ -1630,19 +1630,31 @@ def open_redis_url(url: str, **options: Any) -> RedisStore:
     (what ``open_store`` and ``zerda --db`` accept; every other part goes to redis-py).
     ``redis+cluster://host:port`` (or ``rediss+cluster://``) opens a Redis Cluster from that
     seed node."""
+    url = _prefix_option(url, options)
+    return RedisStore(url, **options)
+
+
+def open_async_redis_url(url: str, **options: Any) -> AsyncRedisStore:
+    """The :class:`AsyncRedisStore` of the same ``url`` as :func:`open_redis_url` takes."""
+    url = _prefix_option(url, options)
+    return AsyncRedisStore(url, **options)
+
+
+def _prefix_option(url: str, options: dict[str, Any]) -> str:
+    """``url`` without its ``?prefix=NAME``, which goes into ``options``."""
     if not isinstance(url, str):
         raise ConfigurationError(f"url must be a redis:// URL string, got {type(url).__name__}")
     try:
         parts = urlsplit(url)
     except ValueError:
-        return RedisStore(url, **options)  # which says what is wrong with it
+        return url  # the store says what is wrong with it
     query = parse_qsl(parts.query, keep_blank_values=True)
     prefixes = [value for name, value in query if name == "prefix"]
     if prefixes:
         options.setdefault("prefix", prefixes[-1])
         rest = urlencode([(name, value) for name, value in query if name != "prefix"])
         url = urlunsplit(parts._replace(query=rest))
-    return RedisStore(url, **options)
+    return url
 
 
 class RedisStore(_RedisBase, ClosingStore):
