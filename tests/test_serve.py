@@ -209,7 +209,6 @@ def test_over_redis_and_postgres_requests_go_through_the_native_async_store(
     as the library over the sync store says, a revoked key is refused at once, and the app
     closes the async store when it stops."""
     from services import RUN_ID, require_postgres, require_redis
-
     from zerda.stores import AsyncPostgresStore, AsyncRedisStore
     from zerda.stores._open import open_native_async, open_store
 
