@@ -142,8 +142,8 @@ class _Service:
         self.counter = counter_by_name(counter)  # now: a warning about it shows at start-up
         # What requests go through: the native async store when there is one, else the sync
         # store, whose calls run in threads (a SQLite store's short ones at once).
-        self.astore: AsyncStore = async_store or AsyncOverThread(store)
-        self.data: Store | AsyncStore = async_store or store
+        self.astore: AsyncStore = AsyncOverThread(store) if async_store is None else async_store
+        self.data: Store | AsyncStore = store if async_store is None else async_store
         self.keys = KeyRing(store)
         self.auth = auth
         self.max_body = max_body

@@ -399,10 +399,10 @@ class SQLiteStore(ClosingStore):
         return self._db
 
     def run_now(self, call: Callable[[SQLiteStore], _T]) -> _T:
-        """``call(self)`` on this thread if none of its transactions has to wait, else
-        ``WouldWait`` (with nothing done: the transaction that would
-        have waited is rolled back). For calls that are one transaction: what
-        ``AsyncOverThread`` runs without a hop to a worker thread."""
+        """``call(self)`` on this thread if its transaction need not wait for a lock, else
+        ``WouldWait``, with nothing done (the transaction that would have waited is rolled
+        back). For calls that are one transaction: what ``AsyncOverThread`` runs without a
+        hop to a worker thread."""
         self._now.active = True
         try:
             return call(self)
