@@ -588,3 +588,25 @@ def test_a_cache_forgets_what_is_not_used_and_clear_forgets_all() -> None:
     cache.clear()
     assert len(cache) == 0
     assert cache.lookup("13") is None
+
+
+def test_a_weighed_cache_holds_text_up_to_its_size_however_it_is_cut() -> None:
+    """Stores cache decoded messages by their text, weighed in characters: a few huge
+    messages take the room of many small ones, and never more than a generation's size
+    (two generations kept) unless one alone is bigger."""
+    cache: BoundedCache[str, int] = BoundedCache(1000, len)
+    small = [f"{i:03d}" * 10 for i in range(60)]  # 30 characters each
+    cache.put_many([(s, 1) for s in small[:30]])  # 900: fits
+    assert all(cache.get(s) == 1 for s in small[:30])
+    cache.put("x" * 400, 2)  # 1,300 would not fit: a new generation, the 30 in the old one
+    assert cache.get(small[0]) is None
+    assert cache.recall(small[0]) == 1  # 430 in this generation now
+    cache.put_many([(s, 1) for s in small[30:]])  # 900 more would not fit: turns over
+    held = sum(len(k) for k in (*cache._items, *cache._old))
+    assert held <= 2 * 1000
+    assert cache.lookup("x" * 400) == 2
+    # Of a batch bigger than a generation, the newest that fit are kept.
+    cache.put_many([(f"{i:04d}" * 100, i) for i in range(5)])  # 400 characters each
+    assert [cache.get(f"{i:04d}" * 100) for i in range(5)] == [None, None, None, 3, 4]
+    cache.put("y" * 5000, 9)  # bigger than a generation: kept alone in a new one
+    assert cache.get("y" * 5000) == 9

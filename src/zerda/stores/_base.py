@@ -25,6 +25,7 @@ from zerda.messages import PINNED, Message, Role
 from zerda.parts import Part
 
 __all__ = [
+    "DECODED_CHARACTERS",
     "MAX_SESSION_ID_LENGTH",
     "RESERVED_PREFIX",
     "AsyncOverThread",
@@ -50,6 +51,7 @@ __all__ = [
     "redact",
     "same_json",
     "session_exists",
+    "weight_of_text",
 ]
 
 _K = TypeVar("_K")
@@ -223,27 +225,32 @@ def redact(text: str) -> str:
 
 
 class BoundedCache(Generic[_K, _V]):
-    """Recently used values, at most ``2 * size``, in two generations.
+    """Recently used values, in two generations of at most ``size`` each.
 
-    When the current generation holds ``size`` values it becomes the old one (the one before
-    is dropped) and a new one starts. ``get`` looks in the current generation only: one C
-    call, as readers make many per tail. After it misses, ``recall`` looks in the old one and
-    brings back what it finds. So a working set of up to ``size`` values stays cached however
-    many values pass through once (appended messages, other sessions' one-off reads), where
-    forgetting everything at once would drop it and decode it all again at every turnover.
+    A generation's size is its number of values, or, given ``weigh``, the sum of
+    ``weigh(key)`` over them (for messages cached by their stored text: characters, so that
+    a few huge messages cannot hold much memory). When the current generation is full it
+    becomes the old one (the one before is dropped) and a new one starts. ``get`` looks in
+    the current generation only: one C call, as readers make many per tail. After it misses,
+    ``recall`` looks in the old one and brings back what it finds. So a working set of up to
+    ``size`` stays cached however much passes through once (appended messages, other
+    sessions' one-off reads), where forgetting everything at once would drop it and decode it
+    all again at every turnover.
 
     Every step is a dict operation or two, safe between threads without a lock: at worst a
-    race loses a value, which is decoded again. The values cached here are immutable or never
-    changed, so sharing them is safe. For what readers decode again and again: stored
-    messages, token counts, log elements.
+    race loses a value, which is decoded again, or miscounts a generation's size. The values
+    cached here are immutable or never changed, so sharing them is safe. For what readers
+    decode again and again: stored messages, token counts, log elements.
     """
 
-    __slots__ = ("_items", "_old", "get", "size")
+    __slots__ = ("_items", "_old", "_used", "get", "size", "weigh")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, weigh: Callable[[_K], int] | None = None) -> None:
         self.size = size
+        self.weigh = weigh
         self._items: dict[_K, _V] = {}
         self._old: dict[_K, _V] = {}
+        self._used = 0  # the current generation's size
         # The dict's own method: a lookup is one C call, as readers make many per tail.
         self.get: Callable[[_K], _V | None] = self._items.get
 
@@ -260,25 +267,42 @@ class BoundedCache(Generic[_K, _V]):
         return self.recall(key) if value is None else value
 
     def put(self, key: _K, value: _V) -> None:
-        if len(self._items) >= self.size:
+        weight = 1 if self.weigh is None else self.weigh(key)
+        if self._used + weight > self.size:
             self._turn_over()
         self._items[key] = value
+        self._used += weight
 
     def put_many(self, pairs: Sequence[tuple[_K, _V]]) -> None:
-        """Remember the last ``size`` of ``pairs``, turning over first if they would not fit."""
-        pairs = pairs[len(pairs) - min(len(pairs), self.size) :]
-        if len(self._items) + len(pairs) > self.size:
+        """Remember the last of ``pairs`` that fit in a generation, turning over first if
+        they would not fit in this one."""
+        weigh = self.weigh
+        if weigh is None:
+            pairs = pairs[len(pairs) - min(len(pairs), self.size) :]
+            weight = len(pairs)
+        else:
+            weight = kept = 0
+            for key, _ in reversed(pairs):
+                if weight + weigh(key) > self.size:
+                    break
+                weight += weigh(key)
+                kept += 1
+            pairs = pairs[len(pairs) - kept :]
+        if self._used + weight > self.size:
             self._turn_over()
         self._items.update(pairs)
+        self._used += weight
 
     def _turn_over(self) -> None:
         self._old = self._items
         self._items = {}
+        self._used = 0
         self.get = self._items.get
 
     def clear(self) -> None:
         self._items.clear()
         self._old = {}
+        self._used = 0
 
     def __len__(self) -> int:
         return len(self._items) + len(self._old)
@@ -318,6 +342,15 @@ def empty_tail() -> Tail:
     return Tail((), (), (), 0, 0)
 
 
+# The text of the decoded messages a store keeps, per generation (see BoundedCache): a few
+# thousand to tens of thousands of messages, some 50 MB of memory at most.
+DECODED_CHARACTERS = 8 * 1024 * 1024
+
+
+def weight_of_text(text: bytes | str) -> int:
+    return len(text) + 256
+
+
 class DecodedMessages:
     """Recently decoded messages, by their stored JSON text, for stores that keep text.
 
@@ -325,8 +358,10 @@ class DecodedMessages:
     than the query. Messages are immutable, so sharing them is safe.
     """
 
-    def __init__(self, size: int = 4096) -> None:
-        self._cache: BoundedCache[str, Message] = BoundedCache(size)
+    def __init__(self, characters: int = DECODED_CHARACTERS) -> None:
+        # A message costs about its text twice (the key, and the decoded content) and a few
+        # hundred bytes of objects: counted as its text and 256 more.
+        self._cache: BoundedCache[str, Message] = BoundedCache(characters, weight_of_text)
 
     def decode(self, body: str, where: str, session_id: str, remember: bool = True) -> Message:
         """The message stored as ``body``; ``where`` names the store in a decoding error."""

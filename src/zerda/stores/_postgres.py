@@ -70,8 +70,6 @@ _T = TypeVar("_T")
 SYSTEM_TURN = -1
 # A tail's first row (turn -2 in zerda_tail) carries the session's totals and metadata;
 # append_then_tail puts one more row before it (turn -3) saying how many messages it stored.
-# Decoded messages kept per store, by stored text (as the SQLite store does).
-_CACHE_SIZE = 4096
 # Postgres truncates longer identifiers silently; refuse them instead.
 _MAX_SCHEMA_LENGTH = 63
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -1493,7 +1491,7 @@ class _PostgresBase:
         self._ready = False  # the schema is known to be up to date
         self._opened = False  # our own pool has been opened
         self._closed = False
-        self._decoded = DecodedMessages(_CACHE_SIZE)
+        self._decoded = DecodedMessages()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.dsn!r}, schema={self.schema!r})"

@@ -26,6 +26,7 @@ from zerda.errors import (
 from zerda.messages import PINNED, Message, Role
 from zerda.parts import Part
 from zerda.stores._base import (
+    DECODED_CHARACTERS,
     AsyncClosingStore,
     BoundedCache,
     ClosingStore,
@@ -45,6 +46,7 @@ from zerda.stores._base import (
     redact,
     same_json,
     session_exists,
+    weight_of_text,
 )
 
 if TYPE_CHECKING:
@@ -69,9 +71,8 @@ DEFAULT_TIMEOUT = 5.0
 # timeouts come first when only one wait was long.
 _GRACE = 0.25
 
-# Decoded entries and log elements kept per store, by stored bytes: tails overlap from one read
-# to the next, and decoding costs more than the read.
-_CACHE_SIZE = 4096
+# Decoded entries (as much text as DecodedMessages keeps) and log elements kept per store, by
+# stored bytes: tails overlap from one read to the next, and decoding costs more than the read.
 _ELEMENT_CACHE_SIZE = 1024
 # Sessions per pipeline when listing or purging.
 _PIPELINE_SIZE = 500
@@ -1006,7 +1007,7 @@ class _RedisBase:
         self._keep_arg = str(max_messages or 0)
         self._head = f"{prefix}:{{"
         self._decoded: BoundedCache[bytes | str, tuple[Message, dict[str, Any] | None]] = (
-            BoundedCache(_CACHE_SIZE)
+            BoundedCache(DECODED_CHARACTERS, weight_of_text)
         )
         self._elements: BoundedCache[bytes | str, _Turn] = BoundedCache(_ELEMENT_CACHE_SIZE)
         self._closed = False

@@ -57,7 +57,7 @@ _USER = Role.USER
 # System messages belong to no turn; they are stored under this turn number, so that they sort
 # before every turn of their session and read as one short range of the primary key.
 SYSTEM_TURN = -1
-# Decoded messages (and token counts) kept per store, by stored text.
+# Token counts kept per store, by stored text (decoded messages: DecodedMessages).
 _CACHE_SIZE = 4096
 
 # -- schema migrations ------------------------------------------------------------------------
@@ -270,7 +270,7 @@ class SQLiteStore(ClosingStore):
         # close() that cannot reach them.
         self._lock = threading.Lock()
         self._now = threading.local()  # .active: this thread's call must not wait (run_now)
-        self._decoded = DecodedMessages(_CACHE_SIZE)
+        self._decoded = DecodedMessages()
         self._counts: BoundedCache[str, dict[str, int | None]] = BoundedCache(_CACHE_SIZE)
         self._db: sqlite3.Connection | None = self._open()
         self._schema_version = len(MIGRATIONS)
