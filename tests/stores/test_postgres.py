@@ -369,6 +369,27 @@ def test_open_store_takes_postgres_urls_and_a_schema(dsn: str, schema: str) -> N
         open_store("postgresql://u@h/db?schema=no-dashes")
 
 
+def test_the_native_async_store_of_a_postgres_url_reads_the_same_data(
+    dsn: str, schema: str
+) -> None:
+    """What zerda serve answers through: the AsyncPostgresStore of the same URL and schema."""
+    from zerda.stores._open import open_native_async
+
+    joined = f"{dsn}&schema={schema}" if "?" in dsn else f"{dsn}?schema={schema}"
+    with open_store(joined) as store:
+        store.append("s", [Message(Role.USER, "written sync")])
+    native = open_native_async(joined)
+    assert isinstance(native, AsyncPostgresStore)
+    assert native.schema == schema
+
+    async def main() -> list[str | None]:
+        async with native:
+            return [m.content for m in await native.ahistory("s")]
+
+    assert asyncio.run(main()) == ["written sync"]
+    assert open_native_async("memory:") is None
+
+
 # -- schema and migrations ---------------------------------------------------------------------
 
 

@@ -695,6 +695,25 @@ def test_open_store_opens_redis_urls_with_a_prefix(url: str, prefix: str) -> Non
     store.close()
 
 
+def test_the_native_async_store_of_a_redis_url_reads_the_same_data(url: str, prefix: str) -> None:
+    """What zerda serve answers through: the AsyncRedisStore of the same URL and prefix."""
+    from zerda.stores._open import open_native_async
+
+    separator = "&" if "?" in url else "?"
+    target = f"{url}{separator}prefix={prefix}"
+    with open_store(target) as store:
+        store.append("s", [Message(Role.USER, "written sync")])
+    native = open_native_async(target)
+    assert isinstance(native, AsyncRedisStore)
+    assert native.prefix == prefix
+
+    async def main() -> list[str | None]:
+        async with native:
+            return [m.content for m in await native.ahistory("s")]
+
+    assert asyncio.run(main()) == ["written sync"]
+
+
 # -- metadata: canonical JSON, compared as text or as JSON values --------------------------------
 
 
