@@ -122,6 +122,7 @@ def test_wal_busy_timeout_and_synchronous_are_set(tmp_path: Path) -> None:
         assert db is not None
         assert db.execute("PRAGMA busy_timeout").fetchone() == (2500,)
         assert db.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
+        assert db.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)  # the store's own
     # WAL is a property of the file: another connection sees it.
     db = raw_connection(path)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
@@ -962,4 +963,36 @@ def test_run_now_refuses_a_write_that_would_wait_and_changes_nothing(tmp_path: P
     assert store.history("s") == []
     assert store.run_now(lambda s: s.append("s", [Message(Role.USER, "yes")])) == 1
     assert [m.content for m in store.history("s")] == ["yes"]
+    store.close()
+
+
+def test_the_store_checkpoints_the_wal_in_a_thread_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's automatic checkpoint (an fsync) would run inside the commit that crosses its
+    threshold, on the caller's thread: the event loop itself for a short call from async
+    code. The store checkpoints every few writes in a thread instead, and the WAL stays as
+    small as a few writes."""
+    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_EVERY", 5)
+    path = tmp_path / "z.db"
+    store = SQLiteStore(path)
+    checkpointed: list[int] = []
+    checkpoint = store._checkpoint
+
+    def recording() -> None:
+        checkpoint()
+        checkpointed.append(threading.get_ident())
+
+    store._checkpoint = recording  # type: ignore[method-assign]
+    text = "x" * 8000  # two pages a message
+    for n in range(200):
+        store.append("s", [Message(Role.USER, f"{n} {text}")])
+        deadline = time.monotonic() + 10
+        while store._checkpointing and time.monotonic() < deadline:  # let each one finish
+            time.sleep(0.001)
+    assert len(checkpointed) == 200 // 5
+    assert threading.get_ident() not in checkpointed
+    wal = Path(f"{path}-wal").stat().st_size
+    assert wal < 20 * 2 * 4096 * 5, f"the WAL holds {wal} bytes after 200 writes"  # 400 without
+    assert [m.content[:2] for m in store.history("s")[:2]] == ["0 ", "1 "]
     store.close()

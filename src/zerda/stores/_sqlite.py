@@ -59,6 +59,9 @@ _USER = Role.USER
 SYSTEM_TURN = -1
 # Token counts kept per store, by stored text (decoded messages: DecodedMessages).
 _CACHE_SIZE = 4096
+# Committed writes between two of the store's checkpoints: a few hundred to a thousand WAL
+# pages for turns of a few messages (SQLite's automatic checkpoint is at 1,000 pages).
+_CHECKPOINT_EVERY = 100
 
 # -- schema migrations ------------------------------------------------------------------------
 #
@@ -270,6 +273,9 @@ class SQLiteStore(ClosingStore):
         # close() that cannot reach them.
         self._lock = threading.Lock()
         self._now = threading.local()  # .active: this thread's call must not wait (run_now)
+        # Checkpoints: the store's own, in a thread (_checkpoint).
+        self._writes = 0
+        self._checkpointing = False
         self._decoded = DecodedMessages()
         self._counts: BoundedCache[str, dict[str, int | None]] = BoundedCache(_CACHE_SIZE)
         self._db: sqlite3.Connection | None = self._open()
@@ -309,6 +315,8 @@ class SQLiteStore(ClosingStore):
             # power cut may lose the last commits, never the file's consistency. FULL would
             # add an fsync to every batch for that last case.
             db.execute("PRAGMA synchronous = NORMAL")
+            # The store checkpoints the WAL itself, off the caller's thread (_checkpoint).
+            db.execute("PRAGMA wal_autocheckpoint = 0")
             self._retry_busy(lambda: self._set_up(db))
         except BaseException as exc:
             db.close()
@@ -429,6 +437,8 @@ class SQLiteStore(ClosingStore):
                 db.execute(begin)
                 yield db
                 db.execute("COMMIT")
+                if begin != "BEGIN":
+                    self._written()
             except BaseException as exc:
                 if db.in_transaction:
                     with suppress(sqlite3.Error):  # the first error is the one to report
@@ -443,6 +453,35 @@ class SQLiteStore(ClosingStore):
                     db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
         finally:
             self._lock.release()
+
+    def _written(self) -> None:
+        """Count a committed write; every ``_CHECKPOINT_EVERY``, start a checkpoint."""
+        self._writes += 1
+        if self._writes < _CHECKPOINT_EVERY or self._checkpointing or self.path == ":memory:":
+            return
+        self._writes = 0
+        self._checkpointing = True
+        threading.Thread(
+            target=self._checkpoint, name="zerda-sqlite-checkpoint", daemon=True
+        ).start()
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL's pages into the file, in a thread of its own.
+
+        SQLite's automatic checkpoint would run inside the commit that crosses its threshold,
+        fsync included: that caller, or the event loop a short call runs on (``run_now``),
+        would stop for it. Here the store's lock is held meanwhile (so that the checkpoint
+        completes and the next write starts the WAL over), and calls wait for it in their
+        threads, while a short call from async code goes to a thread. A checkpoint that fails
+        leaves the pages in the WAL for the next one (or the last close)."""
+        try:
+            with self._lock:
+                if self._db is not None:
+                    self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            pass
+        finally:
+            self._checkpointing = False
 
     def _write(self, doing: str) -> AbstractContextManager[sqlite3.Connection]:
         # BEGIN IMMEDIATE takes the write lock up front: writers queue (busy_timeout) instead
