@@ -889,6 +889,18 @@ def test_a_whole_log_is_read_in_a_thread(tmp_path: Path) -> None:
     loop_thread = asyncio.run(main())
     assert readers, "nothing was decoded"
     assert loop_thread not in readers
+    # So is an append that asks the whole log back.
+    readers.clear()
+    store._decoded = sqlite_module.DecodedMessages(16)
+
+    async def append_then_all() -> int:
+        _, tail = await wrapped.aappend_then_tail("s", [Message(Role.USER, "more")], None, None)
+        assert tail.total_turns == 3
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(append_then_all())
+    assert readers, "nothing was decoded"
+    assert loop_thread not in readers
     store.close()
 
 

@@ -712,9 +712,8 @@ class ThreadedAsync:
         turns: int | None,
         counter: str | None = None,
     ) -> tuple[int, Tail]:
-        return await self._short(
-            lambda s: s.append_then_tail(session_id, messages, tokens, turns, counter)
-        )
+        run = self._in_thread if turns is None else self._short  # a whole log: see atail
+        return await run(lambda s: s.append_then_tail(session_id, messages, tokens, turns, counter))
 
     async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         # A whole log (turns=None) may be long to read: always in a thread.
