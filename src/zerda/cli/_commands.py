@@ -49,7 +49,7 @@ from zerda.stores._base import (
     redact,
 )
 from zerda.stores._open import StoreTarget, open_store, parse_target
-from zerda.tokens import TokenCounter, counter_by_name
+from zerda.tokens import TokenCounter, counter_by_name, message_counts
 
 __all__ = ["COMMANDS", "Context"]
 
@@ -118,18 +118,6 @@ def _require(store: Store | None, ctx: Context, session_id: str) -> Store:
     if store.tail(session_id, 0).total_messages == 0 and not store.get_metadata(session_id):
         raise _missing(ctx, session_id)
     return store
-
-
-def _counts(
-    counter: TokenCounter, messages: Sequence[Message], stored: Sequence[int | None]
-) -> list[int]:
-    """Each message's tokens: the count stored by this counter, else counted now."""
-    if len(stored) != len(messages):
-        stored = [None] * len(messages)
-    return [
-        n if n is not None else counter.count_message(m)
-        for m, n in zip(messages, stored, strict=True)
-    ]
 
 
 def _emit_json(ctx: Context, value: object) -> None:
@@ -219,9 +207,9 @@ class _View:
 
 def _rows(counter: TokenCounter, tail: Tail, start: int = 0) -> tuple[list[_Row], list[_TurnRows]]:
     """Rows for the tail's system messages and for its messages from ``start`` on."""
-    system_counts = _counts(counter, tail.system, tail.system_tokens)
+    system_counts = message_counts(counter, tail.system, tail.system_tokens)
     system = [_Row(m, n) for m, n in zip(tail.system, system_counts, strict=True)]
-    counts = _counts(counter, tail.messages, tail.tokens)
+    counts = message_counts(counter, tail.messages, tail.tokens)
     first_number = tail.total_turns - len(tail.turn_starts) + 1
     bounds = [*tail.turn_starts, len(tail.messages)]
     turns = []
@@ -788,7 +776,7 @@ def _session_stats(ctx: Context, session_id: str, counter: TokenCounter) -> dict
         info = next((s for s in store.list_sessions() if s.session_id == session_id), None)
     by_role: dict[str, dict[str, int]] = {role.value: {"messages": 0, "tokens": 0} for role in Role}
     for messages, stored in ((tail.system, tail.system_tokens), (tail.messages, tail.tokens)):
-        for m, n in zip(messages, _counts(counter, messages, stored), strict=True):
+        for m, n in zip(messages, message_counts(counter, messages, stored), strict=True):
             by_role[m.role.value]["messages"] += 1
             by_role[m.role.value]["tokens"] += n
     return {

@@ -12,7 +12,7 @@ from zerda.memory._stats import TokenMemoryStats
 from zerda.messages import Message
 from zerda.policies import Overflow, fit_budget, shorten_turn, spoken_list
 from zerda.stores._base import AsyncStore, Store, Tail, TokenCounts
-from zerda.tokens import TokenCounterLike, as_token_counter, count_tools
+from zerda.tokens import TokenCounterLike, as_token_counter, count_tools, message_counts
 
 __all__ = ["ConversationTokenBufferMemory"]
 
@@ -225,16 +225,7 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
 
     def _counts(self, messages: Sequence[Message], stored: Sequence[int | None]) -> list[int]:
         """Stored counts, counting only messages stored without one by this counter."""
-        if len(stored) != len(messages):
-            return [self.token_counter.count_message(m) for m in messages]
-        try:
-            sum(stored)  # type: ignore[arg-type]  # raises on a None; 3x faster than `in`
-        except TypeError:
-            pass
-        else:
-            return stored  # type: ignore[return-value]  # no None in it
-        count = self.token_counter.count_message
-        return [n if n is not None else count(m) for m, n in zip(messages, stored, strict=True)]
+        return message_counts(self.token_counter, messages, stored)
 
     def _extra_stats(self, view: _View) -> dict[str, Any]:
         in_context = view.turns_shown if view.error is None else 0

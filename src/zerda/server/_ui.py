@@ -41,7 +41,7 @@ from zerda.server._ui_html import (
     sessions_page,
 )
 from zerda.stores._base import Tail
-from zerda.tokens import REPLY_PRIMING, TokenCounter
+from zerda.tokens import REPLY_PRIMING, TokenCounter, message_counts
 
 if TYPE_CHECKING:
     from zerda.server._app import _Service
@@ -263,7 +263,7 @@ class _UI:
         """What the page shows: the ``number``-th page of turns from the newest, each with its
         tokens (as ``counter`` counts them: stored counts, the missing ones counted) and what
         the context made of it."""
-        counts = list(tail.tokens) or [None] * len(tail.messages)
+        counts = message_counts(counter, tail.messages, tail.tokens)
         in_context = {m.id: m for m in context if m.id is not None}
         stored_ids = {m.id for m in tail.messages} | {m.id for m in tail.system}
         shortened = frozenset(
@@ -281,10 +281,7 @@ class _UI:
             messages = tail.messages[starts[i] : end]
             kept = sum(m.id in in_context for m in messages)
             state = "context" if kept == len(messages) else "evicted" if not kept else "partial"
-            tokens = REPLY_PRIMING + sum(
-                counter.count_message(m) if n is None else n
-                for m, n in zip(messages, counts[starts[i] : end], strict=True)
-            )
+            tokens = REPLY_PRIMING + sum(counts[starts[i] : end])
             turns.append(TurnView(offset + i + 1, messages, tokens, state))
         summary = next(
             (str(m.content) for m in context if m.role is Role.SYSTEM and m.id not in stored_ids),
