@@ -140,10 +140,10 @@ class _Service:
     ) -> None:
         self.store = store
         self.counter = counter_by_name(counter)  # now: a warning about it shows at start-up
-        # What requests go through: the native async store when there is one, else the sync
-        # store, whose calls run in threads (a SQLite store's short ones at once).
+        # What requests (and the memories they use) go through: the native async store when
+        # there is one, else the sync store's calls in threads (a SQLite store's short ones at
+        # once).
         self.astore: AsyncStore = AsyncOverThread(store) if async_store is None else async_store
-        self.data: Store | AsyncStore = store if async_store is None else async_store
         self.keys = KeyRing(store)
         self.auth = auth
         self.max_body = max_body
@@ -188,7 +188,7 @@ class _Service:
         key = (stored, *(params.get(name) for name in _MEMORY_PARAMS))
         memory = self.memories.lookup(key)
         if memory is None:
-            memory = _memory(params, stored, self.data, self.counter_for(params))
+            memory = _memory(params, stored, self.astore, self.counter_for(params))
             self.memories.put(key, memory)
         return memory
 
@@ -281,7 +281,7 @@ class _Service:
     #    what changed is dropped; see docs/editing.md) --------------------------------------
 
     def editor(self, stored: str) -> ConversationBufferMemory:
-        return ConversationBufferMemory(store=self.data, session_id=stored)
+        return ConversationBufferMemory(store=self.astore, session_id=stored)
 
     async def delete_message(self, stored: str, session_id: str, message_id: str) -> int:
         """Delete one message (and, for a call, its results); 404 when it is not there."""
@@ -505,7 +505,7 @@ _MEMORIES_KEPT = 4096
 
 
 def _memory(
-    params: Mapping[str, str], stored: str, store: Store | AsyncStore, counter: TokenCounter
+    params: Mapping[str, str], stored: str, store: AsyncStore, counter: TokenCounter
 ) -> BaseMemory[Any]:
     """The memory ``memory=`` names, with its settings, on the session ``stored``."""
     k = query_int(params, "k", minimum=1)
