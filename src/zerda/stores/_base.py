@@ -283,9 +283,10 @@ class BoundedCache(Generic[_K, _V]):
         else:
             weight = kept = 0
             for key, _ in reversed(pairs):
-                if weight + weigh(key) > self.size:
+                w = weigh(key)
+                if weight + w > self.size:
                     break
-                weight += weigh(key)
+                weight += w
                 kept += 1
             pairs = pairs[len(pairs) - kept :]
         if self._used + weight > self.size:

@@ -266,6 +266,7 @@ class SQLiteStore(ClosingStore):
         self.ttl = ttl
         self.max_messages = max_messages
         self.timeout = check_timeout(timeout, zero=True)
+        self._busy_timeout = f"PRAGMA busy_timeout = {int(self.timeout * 1000)}"
         self._clock = clock
         # One connection per store, used under a lock. SQLite runs one writer at a time per
         # file anyway, and a read here takes microseconds, so per-thread connections would
@@ -309,7 +310,7 @@ class SQLiteStore(ClosingStore):
         except sqlite3.Error as exc:
             raise self._error(exc, "open") from exc
         try:
-            db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            db.execute(self._busy_timeout)
             # Under WAL, NORMAL syncs at checkpoints only: a commit that returned survives the
             # process being killed (it is in the WAL, which the OS holds), while an OS crash or
             # power cut may lose the last commits, never the file's consistency. FULL would
@@ -423,34 +424,34 @@ class SQLiteStore(ClosingStore):
 
         Under :meth:`run_now` it takes neither the lock nor the file's locks if it would
         have to wait for them: it raises WouldWait instead."""
-        now = getattr(self._now, "active", False)
-        if not self._lock.acquire(blocking=not now):
+        nowait = getattr(self._now, "active", False)
+        writer = begin != "BEGIN"
+        # Only a writer waits for another connection under WAL (readers read a snapshot).
+        refuse_busy = nowait and writer
+        if not self._lock.acquire(blocking=not nowait):
             raise WouldWait
-        # Only a writer waits for another connection under WAL (readers read a snapshot):
-        # under run_now, a writer must not.
-        now = now and begin != "BEGIN"
         try:
             db = self._connection()
-            if now:
+            if refuse_busy:
                 db.execute("PRAGMA busy_timeout = 0")
             try:
                 db.execute(begin)
                 yield db
                 db.execute("COMMIT")
-                if begin != "BEGIN":
-                    self._written()
             except BaseException as exc:
                 if db.in_transaction:
                     with suppress(sqlite3.Error):  # the first error is the one to report
                         db.execute("ROLLBACK")
-                if now and isinstance(exc, sqlite3.OperationalError) and _locked(exc):
+                if refuse_busy and isinstance(exc, sqlite3.OperationalError) and _locked(exc):
                     raise WouldWait from exc
                 if isinstance(exc, sqlite3.Error):
                     raise self._error(exc, doing) from exc
                 raise
             finally:
-                if now:
-                    db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+                if refuse_busy:
+                    db.execute(self._busy_timeout)
+            if writer:
+                self._written()
         finally:
             self._lock.release()
 
