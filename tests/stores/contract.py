@@ -239,6 +239,24 @@ def cas_increment(s: Any, session_id: str) -> None:
             return
 
 
+def native_async_reading_what_sync_wrote(target: str) -> AsyncStore:
+    """The native async store ``open_native_async`` gives for ``target`` (what zerda serve
+    answers through), checked to read what the sync store of the same ``target`` wrote."""
+    from zerda.stores._open import open_native_async, open_store
+
+    with open_store(target) as store:
+        store.append("s", [Message(Role.USER, "written sync")])
+    native = open_native_async(target)
+    assert native is not None
+
+    async def main() -> list[Any]:
+        async with native:  # type: ignore[attr-defined]  # every native async store is one
+            return [m.content for m in await native.ahistory("s")]
+
+    assert asyncio.run(main()) == ["written sync"]
+    return native
+
+
 def assert_empty(tail: Tail) -> None:
     assert list(tail.system) == []
     assert list(tail.messages) == []

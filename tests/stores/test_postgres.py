@@ -43,6 +43,7 @@ from stores.contract import (
     StoreContract,
     canonical,
     check_batches,
+    native_async_reading_what_sync_wrote,
     process_writer,
     tagged_batch,
     tagged_tokens,
@@ -376,17 +377,9 @@ def test_the_native_async_store_of_a_postgres_url_reads_the_same_data(
     from zerda.stores._open import open_native_async
 
     joined = f"{dsn}&schema={schema}" if "?" in dsn else f"{dsn}?schema={schema}"
-    with open_store(joined) as store:
-        store.append("s", [Message(Role.USER, "written sync")])
-    native = open_native_async(joined)
+    native = native_async_reading_what_sync_wrote(joined)
     assert isinstance(native, AsyncPostgresStore)
     assert native.schema == schema
-
-    async def main() -> list[str | None]:
-        async with native:
-            return [m.content for m in await native.ahistory("s")]
-
-    assert asyncio.run(main()) == ["written sync"]
     assert open_native_async("memory:") is None
 
 

@@ -30,7 +30,7 @@ from _conversations import conversation
 from _processes import run_processes
 from _redis_servers import RedisServer, drop_keys, free_port, fresh_prefix
 from services import require_redis
-from stores.contract import AsyncStoreContract, StoreContract
+from stores.contract import AsyncStoreContract, StoreContract, native_async_reading_what_sync_wrote
 from zerda import ApproxCounter
 from zerda.errors import (
     ConfigurationError,
@@ -697,21 +697,10 @@ def test_open_store_opens_redis_urls_with_a_prefix(url: str, prefix: str) -> Non
 
 def test_the_native_async_store_of_a_redis_url_reads_the_same_data(url: str, prefix: str) -> None:
     """What zerda serve answers through: the AsyncRedisStore of the same URL and prefix."""
-    from zerda.stores._open import open_native_async
-
     separator = "&" if "?" in url else "?"
-    target = f"{url}{separator}prefix={prefix}"
-    with open_store(target) as store:
-        store.append("s", [Message(Role.USER, "written sync")])
-    native = open_native_async(target)
+    native = native_async_reading_what_sync_wrote(f"{url}{separator}prefix={prefix}")
     assert isinstance(native, AsyncRedisStore)
     assert native.prefix == prefix
-
-    async def main() -> list[str | None]:
-        async with native:
-            return [m.content for m in await native.ahistory("s")]
-
-    assert asyncio.run(main()) == ["written sync"]
 
 
 # -- metadata: canonical JSON, compared as text or as JSON values --------------------------------
