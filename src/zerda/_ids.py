@@ -12,6 +12,8 @@ _id_lock = threading.Lock()
 _last_id = 0
 _LOW_62 = (1 << 62) - 1
 _LOW_48 = (1 << 48) - 1
+# The 48 high bits of the last block formatted, and the format of its ids (new_message_ids).
+_format: tuple[int, str] = (-1, "")
 
 
 def new_message_id() -> str:
@@ -25,27 +27,35 @@ def new_message_id() -> str:
 
 
 def new_message_ids(count: int) -> list[str]:
-    """``count`` new message ids, in increasing order (one clock reading and random draw)."""
+    """``count`` new message ids, in increasing order (one clock reading)."""
     first = _id_block(count)
     low = first & _LOW_48
     if low + count > _LOW_48:  # the block carries past the last 12 digits (once in 2**48 / count)
         return [_uuid7(first + i) for i in range(count)]
-    # Only the last 12 hex digits differ within the block: format the rest once, into the
-    # format of each id.
-    each = _uuid7(first)[:24] + "%012x"
+    # Only the last 12 hex digits differ within the block: the rest is formatted once, into the
+    # format of each id, and kept while blocks share it (within a millisecond they do).
+    global _format
+    high, each = _format
+    if high != first >> 48:
+        high, each = _format = first >> 48, _uuid7(first)[:24] + "%012x"
     return [each % n for n in range(low, low + count)]
 
 
 def _id_block(count: int) -> int:
-    """The first of ``count`` fresh 122-bit values: milliseconds, then 74 random bits; each
-    greater than every value given before in this process."""
+    """The first of ``count`` fresh 122-bit values: milliseconds, then 74 bits; each greater
+    than every value given before in this process.
+
+    A new millisecond starts from 74 random bits; within one, values count on from the last
+    (RFC 9562's monotonic random method, section 6.2): ids of a process stay in order, and the
+    random start keeps those of other processes and machines apart.
+    """
     global _last_id
-    # Mersenne Twister bits: unique enough beside the time, reseeded in forked children, and
-    # several times faster than os.urandom on this path (every message a memory stores).
-    value = (time.time_ns() // 1_000_000) << 74 | random.getrandbits(74)
+    ms = time.time_ns() // 1_000_000
     with _id_lock:
-        if value <= _last_id:
-            value = _last_id + 1
+        # A new millisecond: Mersenne Twister bits, unique enough beside the time, reseeded
+        # in forked children, several times faster than os.urandom. The same millisecond
+        # (or a clock that went back): count on.
+        value = ms << 74 | random.getrandbits(74) if ms > _last_id >> 74 else _last_id + 1
         _last_id = value + count - 1
     return value
 
