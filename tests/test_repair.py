@@ -14,7 +14,7 @@ from zerda.memory import (
     ConversationBufferWindowMemory,
     ConversationTokenBufferMemory,
 )
-from zerda.policies import REPAIRS, repair
+from zerda.policies import REPAIRS, rename_reused_ids, repair
 from zerda.tokens import CallableCounter
 
 
@@ -130,23 +130,27 @@ def test_a_greeting_before_the_first_user_message_is_dropped() -> None:
     assert events(fixed) == {"dropped_before_user": 1}
 
 
+def renamed(messages: list[Message]) -> list[Message]:
+    """``messages`` with rule 6 applied, as a memory applies it to its context."""
+    done = rename_reused_ids(messages, starts(messages))
+    return messages if done is None else done[0]
+
+
 def test_an_id_reused_turn_after_turn_pairs_each_result_with_its_own_call() -> None:
     # Some models number their calls call_0 each turn; the result answers the newest call.
     tail = [user("a"), calls("call_0"), result("call_0", "r1"), user("b"), calls("call_0")]
     tail += [user("interjection"), result("call_0", "r2")]
     fixed = repair(tail, [], starts(tail))
     assert fixed is not None
+    assert events(fixed) == {"moved_results": 1}
     # The second call keeps its result (moved), under a new id: providers refuse one id twice.
-    assert show(fixed.messages) == [
-        "a",
-        ">call_0",
-        "call_0:r1",
-        "b",
-        ">call_0_2",
-        "call_0_2:r2",
-        "interjection",
-    ]
-    assert events(fixed) == {"moved_results": 1, "renamed_call_ids": 1}
+    context = list(fixed.messages)
+    done = rename_reused_ids(context, starts(context))
+    assert done is not None
+    want = ["a", ">call_0", "call_0:r1", "b", ">call_0_2", "call_0_2:r2", "interjection"]
+    assert show(done[0]) == want
+    assert [REPAIRS[kind] for kind, _ in done[1]] == ["renamed_call_ids"]
+    assert [turn for _, turn in done[1]] == [1]
 
 
 def test_a_new_id_never_takes_one_in_use_and_stays_within_40_characters() -> None:
@@ -154,25 +158,42 @@ def test_a_new_id_never_takes_one_in_use_and_stays_within_40_characters() -> Non
     tail = [user("a"), calls("c", "c_2"), result("c"), result("c_2"), user("b"), calls("c")]
     tail += [result("c"), user("c"), calls(long), result(long), user("d"), calls(long)]
     tail += [result(long)]
-    fixed = repair(tail, [], starts(tail))
-    assert fixed is not None
-    ids = [c.id for m in fixed.messages for c in m.tool_calls]
+    assert repair(tail, [], starts(tail)) is None  # valid as stored: each call has its result
+    out = renamed(tail)
+    ids = [c.id for m in out for c in m.tool_calls]
     assert ids == ["c", "c_2", "c_3", long, "x" * 38 + "_2"]
     assert all(len(i) <= 40 for i in ids)
-    results = [m.tool_call_id for m in fixed.messages if m.role is Role.TOOL]
+    results = [m.tool_call_id for m in out if m.role is Role.TOOL]
     assert results == ids
+
+
+def test_an_id_is_renamed_only_when_the_context_uses_it_twice() -> None:
+    """Whether an id is used twice is a question about one request: a call whose id only an
+    evicted turn used keeps it, however far back the memory read, so that the same log
+    always gives the same context."""
+    first = [user("a"), calls("call_0"), result("call_0", "old"), reply("x" * 400)]
+    second = [user("b"), calls("call_0"), result("call_0", "new"), reply("done")]
+    counter = CallableCounter(len, name="len")
+    memory = ConversationTokenBufferMemory(120, token_counter=counter)
+    memory.add_messages(first + second)
+    for _ in range(3):
+        context = memory.get_context()
+        assert show(context) == ["b", ">call_0", "call_0:new", "done"]
+        assert memory.get_memory_stats()["repairs"]["renamed_call_ids"] == 0
+    assert renamed(second) == second
+    assert rename_reused_ids(second, starts(second)) is None
 
 
 def test_valid_upto_checks_only_what_came_after() -> None:
     head = [user("q"), calls("c1"), result("c1"), reply("a")]
     # What follows the valid part is checked: a stray result there is found...
     tail = [*head, result("c9")]
-    assert repair(tail, [], starts(tail), valid_upto=len(head), call_ids={"c1"}) is not None
-    # ...and so is a call reusing an id of the valid part.
+    assert repair(tail, [], starts(tail), valid_upto=len(head)) is not None
+    # ...while a call reusing an id of the valid part is left for the context to rename.
     tail = [*head, user("b"), calls("c1"), result("c1")]
-    assert repair(tail, [], starts(tail), valid_upto=len(head), call_ids={"c1"}) is not None
-    tail = [*head, user("b"), calls("c2"), result("c2")]
-    assert repair(tail, [], starts(tail), valid_upto=len(head), call_ids={"c1"}) is None
+    assert repair(tail, [], starts(tail), valid_upto=len(head)) is None
+    tail = [*head, user("b"), calls("c2")]
+    assert repair(tail, [], starts(tail), valid_upto=len(head)) is not None
 
 
 # -- in the memories ----------------------------------------------------------------------------

@@ -22,8 +22,10 @@ __all__ = [
     "Overflow",
     "Repaired",
     "call_ids",
+    "extends_valid",
     "fit_budget",
     "last_turns",
+    "rename_reused_ids",
     "repair",
     "window_start",
 ]
@@ -160,10 +162,10 @@ def repair(
     tokens: Sequence[int | None],
     turn_starts: Sequence[int],
     valid_upto: int = 0,
-    call_ids: AbstractSet[str] = frozenset(),
 ) -> Repaired | None:
     """The tail of a log (no pinned messages) made valid for every provider, or ``None`` when
-    it is valid as it is. The log itself is never changed; the rules, in this order:
+    it is valid as it is. The log itself is never changed; the rules, in this order (the
+    sixth applies to the context a memory picks from the tail: :func:`rename_reused_ids`):
 
     1. a tool result stored after another message (a user who interjected), or before its
        call, is moved to directly after its call, with the call's other results;
@@ -173,7 +175,7 @@ def repair(
        one message too); a message left with neither text nor calls is dropped;
     5. a first turn that does not open on a user message (a greeting) is dropped: the first
        message after the pinned ones is a user message;
-    6. a call whose id an earlier call of the tail used (models that number their calls
+    6. a call whose id an earlier call of the context uses (models that number their calls
        ``call_0`` each turn) is given a new one, ``call_0_2``, and so are its results: OpenAI
        and Anthropic refuse a request that uses one id twice.
 
@@ -183,11 +185,10 @@ def repair(
     (``None``: count it again). Costs one pass over the tail.
 
     ``valid_upto`` says that ``messages[:valid_upto]`` is known to break no rule and to end
-    where no call waits for a result, its calls using ``call_ids`` (a memory knows it from its
-    last read: logs only grow): only the messages after it are checked, so a valid tail costs
-    what was added since.
+    where no call waits for a result (a memory knows it from its last read: logs only
+    grow): only the messages after it are checked, so a valid tail costs what was added since.
     """
-    if not _needs_repair(messages, turn_starts, valid_upto, call_ids):
+    if not _needs_repair(messages, turn_starts, valid_upto):
         return None
     turn_of = _turn_numbers(len(messages), turn_starts)
     events: list[tuple[int, int]] = []
@@ -228,8 +229,6 @@ def repair(
     greeting = bool(turn_starts) and messages[turn_starts[0]].role is not Role.USER
     greeting_end = turn_starts[1] if greeting and len(turn_starts) > 1 else len(messages)
     counted = bool(tokens)
-    every_id = {c.id for m in messages for c in m.tool_calls}
-    used: set[str] = set()  # call ids in the output so far
     out: list[Message] = []
     out_tokens: list[int | None] = []
     starts: list[int] = []
@@ -255,17 +254,7 @@ def repair(
         events.extend((UNANSWERED, turn_of[i]) for _ in range(dropped))
         if dropped and not kept and not m.text and not isinstance(m.content, tuple):
             continue  # neither text nor calls left
-        renamed: dict[str, str] = {}
-        for call in kept:
-            if call.id in used:
-                renamed[call.id] = _fresh_id(call.id, used, every_id)
-                events.append((RENAMED, turn_of[i]))
-            used.add(renamed.get(call.id, call.id))
-        if renamed:
-            kept = tuple(
-                dataclasses.replace(c, id=renamed[c.id]) if c.id in renamed else c for c in kept
-            )
-        if dropped or renamed:
+        if dropped:
             m = dataclasses.replace(m, tool_calls=kept)
         out.append(m)
         if counted:
@@ -274,9 +263,7 @@ def repair(
         for r in mine:
             if r < i or any(messages[k].role is not Role.TOOL for k in range(i + 1, r)):
                 events.append((MOVED, turn_of[i]))
-            result = messages[r]
-            new_id = renamed.get(result.tool_call_id or "")
-            out.append(dataclasses.replace(result, tool_call_id=new_id) if new_id else result)
+            out.append(messages[r])
             if counted:
                 out_tokens.append(tokens[r])
     while next_start < len(turn_starts):  # turns that were only dropped messages, at the end
@@ -285,9 +272,70 @@ def repair(
     return Repaired(out, out_tokens, starts, events)
 
 
-def call_ids(messages: Sequence[Message]) -> frozenset[str]:
+def extends_valid(messages: Sequence[Message], turn_starts: Sequence[int]) -> bool:
+    """Whether ``messages``, appended to a tail that :func:`repair` leaves as it is, leave it
+    so: they break none of its rules (a first turn, at ``turn_starts[0]`` when the tail
+    before them is empty, opens on a user message; pass no ``turn_starts`` after a non-empty
+    tail). One pass over ``messages``."""
+    return not _needs_repair(messages, turn_starts, 0)
+
+
+def call_ids(messages: Sequence[Message]) -> set[str]:
     """The ids of the tool calls ``messages`` make."""
-    return frozenset(c.id for m in messages if m.tool_calls for c in m.tool_calls)
+    return {c.id for m in messages if m.tool_calls for c in m.tool_calls}
+
+
+def rename_reused_ids(
+    messages: Sequence[Message], turn_starts: Sequence[int]
+) -> tuple[list[Message], list[tuple[int, int]]] | None:
+    """Rule 6 of :func:`repair`, over a context: ``messages`` (repaired, so each call's
+    results come right after its message; ``turn_starts`` where its turns start) with every
+    call whose id an earlier call of them uses given a new one (``call_0_2``, see
+    :func:`_fresh_id`), and its results with it, and a ``(RENAMED, turn)`` event for each;
+    ``None`` when no id is used twice. Counts do not change: ids are not counted.
+
+    It applies to the context, not to the tail it was picked from: whether an id is used
+    twice is a question about one request, and the answer must not depend on how far back
+    a read reached."""
+    seen: set[str] = set()
+    for m in messages:
+        for call in m.tool_calls:
+            if call.id in seen:
+                break
+            seen.add(call.id)
+        else:
+            continue
+        break
+    else:
+        return None
+    every_id = call_ids(messages)
+    turn_of = _turn_numbers(len(messages), turn_starts)
+    used: set[str] = set()  # the ids of the calls out so far
+    renamed: dict[str, str] = {}  # of the call message the results now read follow
+    out: list[Message] = []
+    events: list[tuple[int, int]] = []
+    for i, m in enumerate(messages):
+        if m.tool_calls:
+            renamed = {}
+            for call in m.tool_calls:
+                if call.id in used:
+                    renamed[call.id] = _fresh_id(call.id, used, every_id)
+                    events.append((RENAMED, turn_of[i]))
+                used.add(renamed.get(call.id, call.id))
+            if renamed:
+                calls = tuple(
+                    dataclasses.replace(c, id=renamed[c.id]) if c.id in renamed else c
+                    for c in m.tool_calls
+                )
+                m = dataclasses.replace(m, tool_calls=calls)
+        elif m.role is Role.TOOL:
+            new_id = renamed.get(m.tool_call_id or "")
+            if new_id:
+                m = dataclasses.replace(m, tool_call_id=new_id)
+        else:
+            renamed = {}
+        out.append(m)
+    return out, events
 
 
 def _fresh_id(call_id: str, used: AbstractSet[str], taken: AbstractSet[str]) -> str:
@@ -315,17 +363,11 @@ def _turn_numbers(n: int, turn_starts: Sequence[int]) -> list[int]:
     return out
 
 
-def _needs_repair(
-    messages: Sequence[Message],
-    turn_starts: Sequence[int],
-    start: int = 0,
-    call_ids: AbstractSet[str] = frozenset(),
-) -> bool:
-    """Whether the tail, from ``start`` (a point known valid before, its calls using
-    ``call_ids``), breaks a rule of :func:`repair` (one cheap pass; most tails do not)."""
+def _needs_repair(messages: Sequence[Message], turn_starts: Sequence[int], start: int = 0) -> bool:
+    """Whether the tail, from ``start`` (a point known valid before), breaks a rule of
+    :func:`repair` (one cheap pass; most tails do not)."""
     if not start and turn_starts and messages[turn_starts[0]].role is not Role.USER:
         return True
-    seen: set[str] = set()  # the ids of the calls met here (call_ids has those before)
     tool = Role.TOOL
     i, n = start, len(messages)
     while i < n:
@@ -337,22 +379,13 @@ def _needs_repair(
         if not calls:
             continue
         if len(calls) == 1:  # the common case, without sets: its one result right after it
-            only = calls[0].id
-            if only in call_ids or only in seen:
-                return True  # an id an earlier call used
-            seen.add(only)
-            if i < n and messages[i].role is tool and messages[i].tool_call_id == only:
+            if i < n and messages[i].role is tool and messages[i].tool_call_id == calls[0].id:
                 i += 1
                 continue  # a second result would be a tool message out of place: caught above
             return True  # a call without its result right after it, or a stray result
         wanted = {c.id for c in calls}
-        if (
-            len(wanted) != len(calls)
-            or not call_ids.isdisjoint(wanted)
-            or not seen.isdisjoint(wanted)
-        ):
-            return True  # one id twice in a message, or one an earlier call used
-        seen |= wanted
+        if len(wanted) != len(calls):
+            return True  # one id twice in a message
         while i < n and messages[i].role is tool:
             call_id = messages[i].tool_call_id
             if call_id not in wanted:

@@ -462,6 +462,9 @@ class AsyncDriver:
     def tail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         return self._run(self.store.atail(session_id, turns, counter))
 
+    def tail_since(self, session_id: str, cursor: object, counter: str | None = None) -> Any:
+        return self._run(self.store.atail_since(session_id, cursor, counter))
+
     def history(self, session_id: str) -> list[Message]:
         return self._run(self.store.ahistory(session_id))
 
@@ -1683,6 +1686,40 @@ class _Contract:
             assert_tail(other.tail("s", None, counter), model_tail(log, None, counter))
         assert other.get_metadata("s") == {"summary": "so far", "n": [1, 2]}
         assert other.list_sessions() == s.list_sessions()
+
+    def test_tail_since_gives_what_came_after_a_cursor(self) -> None:
+        """Optional: a store with ``tail_since`` (its tails carry a cursor) says what a
+        session gained after one, exactly what reading the tail again would add, or ``None``
+        when anything else changed; a store without it gives no cursor."""
+        s = self.open(max_messages=None, ttl=10)
+        s.append("s", [system("be brief"), U1, A1], {"x": [1, 2, 3]})
+        before = s.tail("s", None, "x")
+        if before.cursor is None:
+            assert not hasattr(self.raw(s), "tail_since"), "a store with tail_since marks tails"
+            pytest.skip(f"{type(self).__name__} offers no tail_since")
+        nothing = s.tail_since("s", before.cursor, "x")
+        assert (list(nothing.messages), nothing.total_turns, nothing.total_messages) == ([], 1, 3)
+        new = [user("and a latte"), assistant("sure"), user("thanks")]
+        s.append("s", new[:2], {"x": [4, 5]})
+        s.append("s", new[2:])  # counted by no one
+        since = s.tail_since("s", nothing.cursor, "x")
+        after = s.tail("s", None, "x")
+        assert list(since.messages) == list(after.messages[len(before.messages) :]) == new
+        assert list(since.tokens) == [4, 5, None]
+        assert list(since.turn_starts) == [0, 2]
+        assert (since.total_turns, since.total_messages) == (after.total_turns, 6)
+        assert list(s.tail_since("s", since.cursor, "x").messages) == []
+        # A pinned message, an edit, a deletion, expiry: read the tail again.
+        s.append("s", [system("new rules")])
+        assert s.tail_since("s", since.cursor, "x") is None
+        cursor = s.tail("s", None).cursor
+        s.pop_turn("s")
+        assert s.tail_since("s", cursor) is None
+        cursor = s.tail("s", None).cursor
+        assert s.tail_since("other", cursor) is None
+        assert s.tail_since("s", "not a cursor") is None
+        self.clock.advance(11)
+        assert s.tail_since("s", cursor) is None
 
     def test_two_stores_see_each_others_writes(self) -> None:
         if not self.supports_processes:

@@ -29,6 +29,7 @@ from zerda.memory._flow import (
     Fork,
     History,
     PopTurn,
+    ReadSince,
     ReadTail,
     adrive,
     drive,
@@ -45,11 +46,12 @@ from zerda.messages import (
     stamped_batch,
 )
 from zerda.parts import Part
-from zerda.policies import REPAIRS, call_ids, repair
+from zerda.policies import REPAIRS, rename_reused_ids, repair
 from zerda.stores._base import (
     AsyncOverThread,
     AsyncStore,
     BoundedCache,
+    Since,
     Store,
     Tail,
     TokenCounts,
@@ -114,6 +116,9 @@ class _View:
     summary_state: Any = None
     # What repair did to the tail, as (kind, turn) pairs: see zerda.policies.repair.
     repairs: Sequence[tuple[int, int]] = ()
+    # What the memory keeps of this view to advance it on the next read instead of fitting
+    # the tail again (token memories over a store with tail_since); None: nothing.
+    window: Any = None
 
     def context(self) -> list[Message]:
         if self.error is not None:
@@ -260,11 +265,10 @@ class BaseMemory(ABC, Generic[StatsT]):
     _type_name: ClassVar[str] = "BaseMemory"
     # How many of the newest turns the next read asks for (None: all); views update it.
     _turns_hint: int | None = None
-    # (session, first turn, message id, call ids, place): the tail from that turn to that
-    # message is valid, and its calls use those ids (and perhaps ids of older messages: a
-    # superset); ``place`` is the message's place among the session's non-system messages,
-    # which a deletion before it (by any worker) changes.
-    _valid_mark: tuple[str, int, str, frozenset[str], int] | None = None
+    # (session, first turn, message id, place): the tail from that turn to that message is
+    # valid; ``place`` is the message's place among the session's non-system messages, which
+    # a deletion before it (by any worker) changes.
+    _valid_mark: tuple[str, int, str, int] | None = None
 
     @legacy_positional("return_messages", "input_key", "output_key", "memory_key")
     def __init__(
@@ -309,6 +313,10 @@ class BaseMemory(ABC, Generic[StatsT]):
                 f"store must implement zerda.stores.Store or AsyncStore, got {store!r}"
             )
 
+    # The context last read, kept to be advanced by what the store gained since (see
+    # ``_advance``); set from each view's ``window``.
+    _window: Any = None
+
     # -- what subclasses decide -----------------------------------------------------------
 
     def _turns_to_read(self) -> int | None:
@@ -323,6 +331,16 @@ class BaseMemory(ABC, Generic[StatsT]):
 
     def _counter_name(self) -> str | None:
         """The counter whose stored counts the tail should carry (``None``: no counts)."""
+        return None
+
+    def _usable_window(self) -> Any:
+        """The kept window (a view's ``window``) if it may be advanced now, with this
+        memory's settings and session; ``None``: fit the tail."""
+        return None
+
+    def _advance(self, window: Any, since: Since) -> _View | None:
+        """The view of ``window`` with what the store gained since (``since``), the same as
+        fitting the tail would give (pure, like ``_fit``); ``None``: fit the tail instead."""
         return None
 
     def _count(self, batch: Sequence[Message]) -> TokenCounts | None:
@@ -341,34 +359,24 @@ class BaseMemory(ABC, Generic[StatsT]):
         """
         first_turn = tail.total_turns - len(tail.turn_starts)
         messages = tail.messages
-        valid, ids = self._known_valid(tail, first_turn)
-        fixed = repair(messages, tail.tokens, tail.turn_starts, valid, ids)
+        fixed = repair(messages, tail.tokens, tail.turn_starts, self._known_valid(tail, first_turn))
         if fixed is None or not fixed.events:  # valid (a repair that changed nothing too)
             if messages and messages[-1].id is not None:
-                if fixed is not None:
-                    valid, ids = 0, frozenset()
-                ids = ids | call_ids(messages[valid:])
-                if len(ids) > len(messages):
-                    # A valid tail makes at most one call per message (each call has its
-                    # result): the rest left the tail. Start again from the tail's own, so
-                    # that the set stays as small as the tail, not as the session.
-                    ids = call_ids(messages)
                 place = _non_system_total(tail) - 1
-                self._valid_mark = (self.session_id, first_turn, messages[-1].id, ids, place)
+                self._valid_mark = (self.session_id, first_turn, messages[-1].id, place)
             return tail, []
         repaired = dataclasses.replace(
             tail, messages=fixed.messages, turn_starts=fixed.turn_starts, tokens=fixed.tokens
         )
         return repaired, fixed.events
 
-    def _known_valid(self, tail: Tail, first_turn: int) -> tuple[int, frozenset[str]]:
-        """How many of ``tail``'s messages an earlier read found valid (see ``_repaired``),
-        and the call ids they (and perhaps older ones) use: those up to the marked message,
-        when the tail starts in the range that read checked and the message is among the
-        newest."""
+    def _known_valid(self, tail: Tail, first_turn: int) -> int:
+        """How many of ``tail``'s messages an earlier read found valid (see ``_repaired``):
+        those up to the marked message, when the tail starts in the range that read checked
+        and the message is among the newest."""
         mark = self._valid_mark
         if mark is None or mark[0] != self.session_id or first_turn < mark[1]:
-            return 0, frozenset()
+            return 0
         messages, marked = tail.messages, mark[2]
         low = max(len(messages) - _LOOK_BACK, 0)
         # Most often a whole turn came since: the marked message ends the turn before it.
@@ -381,12 +389,16 @@ class BaseMemory(ABC, Generic[StatsT]):
                 (i for i in range(len(messages) - 1, low - 1, -1) if messages[i].id == marked), None
             )
         # A message deleted before it since (by any worker) moves it: check all again.
-        if found is None or _non_system_total(tail) - (len(messages) - found) != mark[4]:
-            return 0, frozenset()
-        return found + 1, mark[3]
+        if found is None or _non_system_total(tail) - (len(messages) - found) != mark[3]:
+            return 0
+        return found + 1
 
     def _checked(self, view: _View) -> _View:
-        """``view``, refusing in ``strict`` mode a context that needed repairs."""
+        """``view`` with the call ids its context uses twice renamed (the last repair rule,
+        :func:`zerda.policies.rename_reused_ids`: it is about the context, not the tail);
+        in ``strict`` mode, refusing a context that needed repairs."""
+        if view.error is None:
+            _rename_reused(view)
         if self.strict and view.error is None and view.repairs:
             counts = view.repairs_made()
             if counts:
@@ -406,21 +418,34 @@ class BaseMemory(ABC, Generic[StatsT]):
 
     def _read_flow(self, tail: Tail | None = None, tools: Tools | None = None) -> Flow[_View]:
         """The view of ``tail`` (read first when ``None``), reading longer tails for as long
-        as the policy asks for more turns."""
+        as the policy asks for more turns. A kept window is advanced by what the store
+        gained since it, where the store can tell and the window allows."""
+        if tail is None and tools is None:
+            window = self._usable_window()
+            if window is not None:
+                since = yield ReadSince(self.session_id, window.cursor, self._counter_name())
+                view = None if since is None else self._advance(window, since)
+                if view is not None:
+                    return self._shown(view)
         turns = self._turns_to_read()
         while True:
             if tail is None:
                 tail = yield ReadTail(self.session_id, turns, self._counter_name())
             view = self._fit(tail, tools)
             if view is not None:
-                if view.hint is not None:
-                    self._turns_hint = view.hint
-                if view.repairs:
-                    self._log_repairs(view)
-                _observe.log_context(self._type_name, self.session_id, view)
-                return view
+                return self._shown(view)
             turns = _more(len(tail.turn_starts))
             tail = None
+
+    def _shown(self, view: _View) -> _View:
+        """``view``, once the memory has kept what the next read needs of it and logged it."""
+        if view.hint is not None:
+            self._turns_hint = view.hint
+        self._window = view.window
+        if view.repairs:
+            self._log_repairs(view)
+        _observe.log_context(self._type_name, self.session_id, view)
+        return view
 
     def _log_repairs(self, view: _View) -> None:
         key = (id(self.store), self.session_id)
@@ -515,6 +540,7 @@ class BaseMemory(ABC, Generic[StatsT]):
         clone = copy.copy(self)
         clone.session_id = new_session_id
         clone._valid_mark = None
+        clone._window = None
         return clone
 
     # -- the drivers: sync calls need a sync store; async calls are native over an async
@@ -800,6 +826,20 @@ class BaseMemory(ABC, Generic[StatsT]):
     def memory_variables(self) -> list[str]:
         """The keys ``load_memory_variables`` returns (LangChain compatibility)."""
         return [self.memory_key]
+
+
+def _rename_reused(view: _View) -> None:
+    """Rename the call ids the context of ``view`` uses twice, in its tail, and add the
+    events (see :meth:`BaseMemory._checked`)."""
+    tail, start = view.tail, view.start
+    starts = tail.turn_starts
+    first = bisect.bisect_left(starts, start)
+    renamed = rename_reused_ids(tail.messages[start:], [s - start for s in starts[first:]])
+    if renamed is None:
+        return
+    messages, events = renamed
+    view.tail = dataclasses.replace(tail, messages=[*tail.messages[:start], *messages])
+    view.repairs = [*view.repairs, *((kind, turn + first) for kind, turn in events)]
 
 
 def _first_turn_of(history: Sequence[Message], ids: Collection[str]) -> int | None:

@@ -9,13 +9,13 @@ which may handle it (a summarizer failure) or let it through.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from zerda.messages import Message
 from zerda.parts import Part
-from zerda.stores._base import AsyncStore, Store, Tail, TokenCounts
+from zerda.stores._base import AsyncStore, Since, Store, Tail, TokenCounts
 from zerda.summarize import Summarizer, SummaryResult, arun_summarizer, run_summarizer
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "Fork",
     "History",
     "PopTurn",
+    "ReadSince",
     "ReadTail",
     "Request",
     "Summarize",
@@ -68,6 +69,30 @@ class ReadTail:
 
     async def arun(self, store: AsyncStore) -> Tail:
         return await store.atail(self.session_id, self.turns, self.counter)
+
+
+@dataclass(slots=True)
+class ReadSince:
+    """What the session gained after ``cursor``, from a store that can tell (``tail_since``,
+    see :class:`~zerda.stores._base.Since`); ``None``: read the tail again."""
+
+    session_id: str
+    cursor: object
+    counter: str | None
+
+    def run(self, store: Store) -> Since | None:
+        since: Callable[[str, object, str | None], Since | None] | None = getattr(
+            store, "tail_since", None
+        )
+        return None if since is None else since(self.session_id, self.cursor, self.counter)
+
+    async def arun(self, store: AsyncStore) -> Since | None:
+        since: Callable[[str, object, str | None], Awaitable[Since | None]] | None = getattr(
+            store, "atail_since", None
+        )
+        if since is None:
+            return None
+        return await since(self.session_id, self.cursor, self.counter)
 
 
 @dataclass(slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -10,8 +11,15 @@ from zerda.errors import ConfigurationError, ContextOverflowError
 from zerda.memory._base import _DEFAULT_SESSION, BaseMemory, Tools, _View, legacy_positional
 from zerda.memory._stats import TokenMemoryStats
 from zerda.messages import Message
-from zerda.policies import Overflow, fit_budget, shorten_turn, spoken_list
-from zerda.stores._base import AsyncStore, Store, Tail, TokenCounts
+from zerda.policies import (
+    Overflow,
+    call_ids,
+    extends_valid,
+    fit_budget,
+    shorten_turn,
+    spoken_list,
+)
+from zerda.stores._base import AsyncStore, Since, Store, Tail, TokenCounts
 from zerda.tokens import TokenCounterLike, as_token_counter, count_tools, message_counts
 
 __all__ = ["ConversationTokenBufferMemory"]
@@ -20,6 +28,8 @@ _OVERFLOWS = ("truncate", "raise")
 # Turns to read on the first call; afterwards, what the last context held plus a margin.
 _FIRST_READ = 16
 _MARGIN = 2
+# Messages of dropped turns a kept window may hold before it lets them go (see _advance).
+_MARGIN_MESSAGES = 64
 
 
 def _non_negative_int(value: object, what: str) -> int:
@@ -124,7 +134,7 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
         return {self.token_counter.name: [self.token_counter.count_message(m) for m in batch]}
 
     def _fit(self, tail: Tail, tools: Tools | None = None) -> _View | None:
-        return self._fit_budget(tail, (), 0, 0, self._tools_cost(tools))
+        return self._fit_budget(tail, (), 0, 0, self._tools_cost(tools), remember=True)
 
     def _fit_budget(
         self,
@@ -133,11 +143,14 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
         summary_tokens: int,
         first_turn: int,
         tools_tokens: int,
+        *,
+        remember: bool = False,
     ) -> _View | None:
         """Fit ``tail`` into the budget, with the ``summary`` messages (``summary_tokens``)
         and the tool definitions (``tools_tokens``) counted in it and no turn older than
         ``first_turn`` (counted from the session's first turn) in the context. Pure: the view
-        says how many turns the next read should ask for (``hint``)."""
+        says how many turns the next read should ask for (``hint``) and, with ``remember``,
+        what to keep to advance it by the next read's new messages (``window``)."""
         tail, repairs = self._repaired(tail)
         skipped = first_turn - (tail.total_turns - len(tail.turn_starts))
         if skipped > 0:  # the tail reaches back past first_turn: those turns are summarized
@@ -145,7 +158,8 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
             repairs = [(kind, turn - skipped) for kind, turn in repairs if turn >= skipped]
         budget = self.budget
         priming = self._priming
-        system_tokens = sum(self._counts(tail.system, tail.system_tokens))
+        system_counts = self._counts(tail.system, tail.system_tokens)
+        system_tokens = sum(system_counts)
         fixed = system_tokens + summary_tokens + tools_tokens + priming
         parts = _PartTokens(system_tokens, summary_tokens, tools_tokens)
         if fixed > budget:
@@ -189,7 +203,151 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
             hint=fit.turns + _MARGIN,
             repairs=repairs,
         )
-        return self._checked(view)
+        view = self._checked(view)
+        if (
+            remember
+            and view.error is None
+            and not view.repairs
+            and not fit.truncated
+            and tail.cursor is not None
+        ):
+            # A context valid as stored, whole: what the next read needs to advance it.
+            turn_starts = tail.turn_starts
+            first = bisect.bisect_left(turn_starts, fit.start)
+            context = list(messages[fit.start :])
+            view.window = _Window(
+                self._window_key(tools_tokens),
+                tail.cursor,
+                tail.system,
+                system_counts,
+                system_tokens,
+                tools_tokens,
+                context,
+                tokens[fit.start :],
+                [s - fit.start for s in turn_starts[first:]],
+                0,
+                fit.tokens,
+                call_ids(context),
+                tail.total_turns,
+                tail.total_messages,
+            )
+        return view
+
+    # -- advancing the last context by what came since (stores with tail_since) -----------
+
+    def _window_key(self, tools_tokens: int) -> tuple[object, ...]:
+        """What a kept window was fitted under: a change of any of it fits the tail again."""
+        return (
+            self.session_id,
+            self.max_token_limit,
+            self.reserve_tokens,
+            tools_tokens,
+            self.token_counter,
+        )
+
+    def _usable_window(self) -> _Window | None:
+        window: _Window | None = self._window
+        if window is None or window.key != self._window_key(self._tools_tokens):
+            return None
+        return window
+
+    def _advance(self, window: _Window, since: Since) -> _View | None:
+        """The context of ``window`` with ``since``'s messages added and the oldest turns
+        dropped while over budget: what fitting the tail gives, since a valid context only
+        grows by appends (an older turn that did not fit before fits no better now). ``None``
+        when the new messages need repair or the newest turn alone is over the budget:
+        fitting the tail says what to do then."""
+        new = since.messages
+        if not new:
+            if (since.total_turns, since.total_messages) != (
+                window.total_turns,
+                window.total_messages,
+            ):
+                return None
+            return self._window_view(window, since.cursor)
+        if not extends_valid(new, () if window.messages else since.turn_starts):
+            return None
+        stored = since.tokens
+        counts: Sequence[int] = (
+            self._counts(new, stored) if None in stored else stored  # type: ignore[assignment]
+        )
+        offset = len(window.messages)
+        messages = [*window.messages, *new]
+        tokens = [*window.tokens, *counts]
+        starts = [*window.turn_starts, *[offset + s for s in since.turn_starts]]
+        used = window.used + sum(counts)
+        room = self.budget - window.system_tokens - window.tools_tokens - self._priming
+        first = window.first
+        newest = len(starts) - 1
+        while used > room and first < newest:
+            used -= sum(tokens[starts[first] : starts[first + 1]])
+            first += 1
+        if used > room or not starts:
+            return None
+        begin = starts[first]
+        ids = window.call_ids
+        added = [c.id for m in new if m.tool_calls for c in m.tool_calls]
+        if added:
+            # A call whose id an earlier call of the context uses is renamed: fitting does it.
+            # ``ids`` holds every id of the context and perhaps some of turns dropped since.
+            fresh = set(added)
+            if len(fresh) < len(added):
+                return None
+            if not ids.isdisjoint(fresh) and not call_ids(messages[begin:offset]).isdisjoint(fresh):
+                return None
+            ids |= fresh  # only ever grows: a window shared by threads stays right
+            if len(ids) > 2 * (len(messages) - begin) + 16:
+                ids = call_ids(messages[begin:])  # forget the ids dropped with their turns
+        if begin > _MARGIN_MESSAGES and 2 * begin > len(messages):
+            # The turns dropped outgrew the context: let them go (once in a context's length
+            # of messages, so each read costs what it adds, not what the context holds).
+            messages, tokens = messages[begin:], tokens[begin:]
+            starts = [s - begin for s in starts[first:]]
+            first = 0
+        advanced = _Window(
+            window.key,
+            since.cursor,
+            window.system,
+            window.system_counts,
+            window.system_tokens,
+            window.tools_tokens,
+            messages,
+            tokens,
+            starts,
+            first,
+            used,
+            ids,
+            since.total_turns,
+            since.total_messages,
+        )
+        return self._window_view(advanced, since.cursor)
+
+    def _window_view(self, window: _Window, cursor: object) -> _View:
+        """The view of a window: the same as the one fitting its tail gave."""
+        tail = Tail(
+            window.system,
+            window.messages,
+            window.turn_starts,
+            window.total_turns,
+            window.total_messages,
+            window.tokens,
+            window.system_counts,
+            {},
+            cursor,
+        )
+        turns = len(window.turn_starts) - window.first
+        view = _View(
+            tail,
+            window.turn_starts[window.first] if turns else len(window.messages),
+            turns,
+            system_tokens=window.system_tokens,
+            tools_tokens=window.tools_tokens,
+            turn_tokens=window.used,
+            overhead_tokens=self._priming,
+            hint=turns + _MARGIN,
+        )
+        view.window = window
+        return view
 
     def _no_fit(
         self,
@@ -241,6 +399,32 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
             "truncated_tokens": view.truncated_tokens,
             "overflow": str(view.error) if view.error is not None else None,
         }
+
+
+@dataclasses.dataclass(slots=True)
+class _Window:
+    """A valid context as last read, whole, with what advancing it needs: it is never
+    changed once made (but for ``call_ids``, which only grows and may be shared), so a
+    memory shared between threads may advance it from any of them."""
+
+    key: tuple[object, ...]
+    cursor: object
+    system: tuple[Message, ...]
+    system_counts: Sequence[int]
+    system_tokens: int
+    tools_tokens: int
+    # The context is messages[turn_starts[first]:]: the turns before ``first`` were dropped
+    # from it since, and stay until they outgrow it (see _advance).
+    messages: list[Message]
+    tokens: list[int]
+    turn_starts: list[int]
+    first: int
+    used: int
+    # The ids of the calls of the context, and perhaps of some in turns it dropped since: a
+    # new call with one of them may need renaming.
+    call_ids: set[str]
+    total_turns: int
+    total_messages: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,7 @@ __all__ = [
     "AsyncStore",
     "BoundedCache",
     "SessionInfo",
+    "Since",
     "Store",
     "Tail",
     "ThreadedAsync",
@@ -321,6 +322,10 @@ class Tail:
     counter was asked for. ``total_turns`` and ``total_messages`` count what the store holds
     for the session. ``metadata`` is the session's metadata, read in the same snapshot (a
     summary and the messages it covers always agree). Treat a tail as read-only.
+
+    ``cursor`` marks where the tail ends, for a store that can tell what was appended after
+    it (``tail_since``, see :class:`Since`); ``None`` from a store that cannot. It takes no
+    part in comparing tails.
     """
 
     system: tuple[Message, ...]
@@ -331,6 +336,8 @@ class Tail:
     tokens: Sequence[int | None] = ()
     system_tokens: Sequence[int | None] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Where in one store's log the tail ends: two tails with the same content are equal.
+    cursor: object = field(default=None, compare=False, repr=False)
 
     @property
     def complete(self) -> bool:
@@ -341,6 +348,33 @@ class Tail:
 def empty_tail() -> Tail:
     """The tail of a session that does not exist."""
     return Tail((), (), (), 0, 0)
+
+
+@dataclass(slots=True)
+class Since:
+    """What a session gained after a cursor: the answer of ``tail_since``.
+
+    A store that can say cheaply what was appended to a session after a :attr:`Tail.cursor`
+    (or a ``Since.cursor``) offers ``tail_since(session_id, cursor, counter) -> Since | None``
+    and its async twin ``atail_since``; the token memory then reads only that, not the whole
+    tail again (``InMemoryStore`` does). The methods are optional: a store without them is
+    read whole every time.
+
+    ``messages`` are the messages appended after the cursor, none of them pinned, oldest
+    first; ``tokens`` their counts by ``counter`` (``None`` where none was stored);
+    ``turn_starts`` the offsets in ``messages`` where a turn starts; ``total_turns`` and
+    ``total_messages`` the session's totals, as in a :class:`Tail`; ``cursor`` where this
+    answer ends. ``tail_since`` answers ``None`` when the messages up to the cursor are not
+    exactly those stored now (the session was edited, trimmed, deleted or expired since)
+    or when a pinned message was appended: the caller reads the tail again.
+    """
+
+    messages: Sequence[Message]
+    tokens: Sequence[int | None]
+    turn_starts: Sequence[int]
+    total_turns: int
+    total_messages: int
+    cursor: object
 
 
 # The text of the decoded messages a store keeps, per generation (see BoundedCache): a few
@@ -720,6 +754,17 @@ class ThreadedAsync:
         # A whole log (turns=None) may be long to read: always in a thread.
         run = self._in_thread if turns is None else self._short
         return await run(lambda s: s.tail(session_id, turns, counter))
+
+    async def atail_since(
+        self, session_id: str, cursor: object, counter: str | None = None
+    ) -> Since | None:
+        """The sync store's ``tail_since`` (see :class:`Since`); ``None`` when it has none."""
+        since: Callable[[str, object, str | None], Since | None] | None = getattr(
+            self._threaded(), "tail_since", None
+        )
+        if since is None:
+            return None
+        return await self._short(lambda s: since(session_id, cursor, counter))
 
     async def ahistory(self, session_id: str) -> list[Message]:
         return await self._in_thread(lambda s: s.history(session_id))

@@ -19,6 +19,7 @@ from zerda.parts import Part
 from zerda.stores._base import (
     ClosingStore,
     SessionInfo,
+    Since,
     Tail,
     ThreadedAsync,
     TokenCounts,
@@ -165,6 +166,13 @@ class JSONFileStore(ThreadedAsync, ClosingStore):
         # The file is read whole anyway (only when another store changed it); the tail itself
         # is cut from memory at the cost of what it returns.
         return self._read(lambda mem: mem.tail(session_id, turns, counter))
+
+    def tail_since(
+        self, session_id: str, cursor: object, counter: str | None = None
+    ) -> Since | None:
+        # A reload (another store changed the file) makes new sessions, so older cursors go
+        # stale: the caller reads the tail again.
+        return self._read(lambda mem: mem.tail_since(session_id, cursor, counter))
 
     def history(self, session_id: str) -> list[Message]:
         return self._read(lambda mem: mem.history(session_id))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import threading
 import time
@@ -15,6 +16,7 @@ from zerda.messages import PINNED, Message, Role
 from zerda.parts import Part
 from zerda.stores._base import (
     SessionInfo,
+    Since,
     Tail,
     TokenCounts,
     check_batch,
@@ -35,6 +37,8 @@ __all__ = ["InMemoryStore"]
 
 _USER = Role.USER
 _ID = attrgetter("id")
+# Numbers the states of a session's log that appends alone lead to (see _Session.generation).
+_GENERATIONS = itertools.count()
 
 
 @dataclass(slots=True)
@@ -58,6 +62,9 @@ class _Session:
     metadata: dict[str, Any] = field(default_factory=dict)
     # The ids of the messages ``history`` holds.
     ids: set[str] = field(default_factory=set)
+    # Changes whenever the log changes other than by an append (an edit rebuilds the session,
+    # a trim renumbers it): a cursor of another generation is stale (see tail_since).
+    generation: int = field(default_factory=_GENERATIONS.__next__)
 
     @property
     def message_count(self) -> int:
@@ -191,7 +198,45 @@ class InMemoryStore:
             tokens,
             system_tokens,
             _copy(session.metadata) if session.metadata else {},
+            (session.generation, base + len(log)),
         )
+
+    def tail_since(
+        self, session_id: str, cursor: object, counter: str | None = None
+    ) -> Since | None:
+        """What the session gained after ``cursor`` (a :attr:`Tail.cursor` or
+        :attr:`Since.cursor` of this store): see :class:`~zerda.stores._base.Since`.
+
+        Costs what was appended since, not what the session holds."""
+        if type(cursor) is not tuple or len(cursor) != 2:
+            return None
+        generation, end = cursor
+        with self._lock:
+            session = self._live(session_id)
+            if session is None or generation != session.generation:
+                return None
+            log, base = session.messages, session.base
+            now = base + len(log)
+            if not base <= end <= now:
+                return None
+            starts = session.turn_starts
+            total = session.system_trimmed + len(log)
+            if end == now:
+                return Since((), (), (), len(starts), total, cursor)
+            system_at = session.system_at
+            if system_at and system_at[-1] >= end:
+                return None  # a pinned message came: the caller reads the tail again
+            column = session.tokens.get(counter) if counter is not None else None
+            new = log[end - base :]
+            first = bisect.bisect_left(starts, end)
+            return Since(
+                new,
+                column[end - base :] if column is not None else [None] * len(new),
+                [s - end for s in starts[first:]],
+                len(starts),
+                total,
+                (generation, now),
+            )
 
     def history(self, session_id: str) -> list[Message]:
         with self._lock:
@@ -366,6 +411,11 @@ class InMemoryStore:
     async def atail(self, session_id: str, turns: int | None, counter: str | None = None) -> Tail:
         return self.tail(session_id, turns, counter)
 
+    async def atail_since(
+        self, session_id: str, cursor: object, counter: str | None = None
+    ) -> Since | None:
+        return self.tail_since(session_id, cursor, counter)
+
     async def ahistory(self, session_id: str) -> list[Message]:
         return self.history(session_id)
 
@@ -521,6 +571,7 @@ def _trim(session: _Session, keep: int) -> None:
         del column[:cut]
     del starts[:j]
     session.base += cut
+    session.generation = next(_GENERATIONS)
 
 
 def _without_system(
