@@ -15,6 +15,12 @@ The tail read (the newest 10 turns, with token counts) is timed in a file of 10 
 in a file of 1,000,000 messages (1,000 sessions), "warm" (decoded messages cached by the
 store, as a memory reading its session again sees it) and "cold" (every message decoded).
 
+The context read (``get_context()`` of the token memory, a 1,000-message session) is timed
+three ways: by a new memory each time, which fits the tail; by one memory reading again with
+nothing new, which advances its last context by nothing (``tail_since``); and by one memory
+after another store over the file appended a turn, which advances it by that turn (only the
+read is timed).
+
     .venv/bin/python benchmarks/sqlite_store.py            # the full run (about a minute)
     .venv/bin/python benchmarks/sqlite_store.py --quick    # a smoke run
 """
@@ -30,9 +36,10 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from _sessions import session_turns
 from _turns import (
@@ -73,6 +80,13 @@ class TailRow:
     file_mb: float
     warm_us: float
     cold_us: float
+
+
+@dataclass
+class ContextRow:
+    how: str
+    reads: int
+    mean_us: float
 
 
 @dataclass
@@ -221,6 +235,56 @@ def tail_reads(
     return out, build
 
 
+def context_reads(
+    turns: Sequence[Turn], counter: TiktokenCounter, reads: int, workdir: Path
+) -> list[ContextRow]:
+    """Mean µs per ``get_context()`` of a token memory over a 1,000-message session: fitted
+    by a new memory, advanced by nothing, advanced by a turn another store added."""
+    prefill, rest = split(turns, 1000)
+    log = [SYSTEM.with_created_at(0.0), *flatten(prefill, 1.0)]
+    counts = {counter.name: [counter.count_message(m) for m in log]}
+    path = workdir / "context.db"
+    with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        store.append("bench", log, counts)
+        kept = make_memory("token", store, counter)
+        kept.get_context()
+        fitted = _mean(lambda: make_memory("token", store, counter).get_context(), reads)
+        advanced = _mean(kept.get_context, reads)
+        n = min(reads, len(rest) // 2)
+        own = _after_each(kept, kept, rest[:n])
+        theirs = _after_each(make_memory("token", other, counter), kept, rest[n : 2 * n])
+    path.unlink()
+    return [
+        ContextRow("a new memory each read: fits the tail", reads, round(fitted * 1e6, 1)),
+        ContextRow("one memory, nothing new since its last read", reads, round(advanced * 1e6, 1)),
+        ContextRow("one memory, after it appended a turn", n, round(own * 1e6, 1)),
+        ContextRow("one memory, after another store appended a turn", n, round(theirs * 1e6, 1)),
+    ]
+
+
+def _after_each(writer: Any, reader: Any, turns: Sequence[Turn]) -> float:
+    """Mean seconds of ``reader.get_context()`` right after ``writer`` added each turn (the
+    append is not timed; a store decodes what another one wrote the first time it reads it)."""
+    elapsed = 0.0
+    for turn in turns:
+        writer.add_messages(turn.messages)
+        start = time.perf_counter()
+        reader.get_context()
+        elapsed += time.perf_counter() - start
+    return elapsed / len(turns)
+
+
+def _mean(call: Callable[[], Any], reads: int) -> float:
+    """Best mean seconds per ``call()`` over three rounds of ``reads``."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(reads):
+            call()
+        best = min(best, (time.perf_counter() - start) / reads)
+    return best
+
+
 def bulk_import(turns: Sequence[Turn], size: int, workdir: Path) -> list[ImportRow]:
     prefill, _ = split(turns, size)
     rows: list[ImportRow] = []
@@ -277,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir = Path(tmp)
         turn_rows = per_turn(sizes, turns, counter, args.turns, args.repeat, workdir)
         tail_rows, build = tail_reads(turns, counter, args.file_rows, 1000, args.reads, workdir)
+        context_rows = context_reads(turns, counter, min(args.reads, 300), workdir)
         import_rows = [*bulk_import(turns, args.import_size, workdir), build]
 
     print(f"# SQLiteStore; Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}")
@@ -304,6 +369,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(f"- large / small file: warm {tail_ratio}, cold {cold_ratio}")
     print()
+    print("Context read (token memory, budget 2,000, a 1,000-message session), mean µs per read")
+    print()
+    print("| read | reads | µs |")
+    print("|---|---:|---:|")
+    for c in context_rows:
+        print(f"| {c.how} | {c.reads:,} | {c.mean_us} |")
+    print()
     print("Bulk import (store.append, no token counting)")
     print()
     print("| how | messages | batches | seconds | messages/s |")
@@ -322,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "per_turn_ratio": ratios,
                     "tail": [asdict(t) for t in tail_rows],
                     "tail_ratio": {"warm": tail_ratio, "cold": cold_ratio},
+                    "context": [asdict(c) for c in context_rows],
                     "import": [asdict(i) for i in import_rows],
                 },
                 out,

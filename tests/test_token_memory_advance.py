@@ -5,7 +5,8 @@ memory advances its last context by the new messages instead of fitting the tail
 state machine of appends (by the memory, by another writer, with and without counts, pinned
 messages among them, results out of place, call ids used twice), edits, retention, expiry,
 setting changes and reads checks that every read, sync and async, shows exactly what a twin
-memory that always fits the tail shows: the same context, the same stats, the same error.
+memory that always fits the tail shows: the same context, the same stats, the same error;
+over the in-memory store and over a SQLite file that a second store writes to as well.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import shutil
+import tempfile
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
@@ -23,7 +28,7 @@ from _validators import validate_openai_chat
 from zerda import ApproxCounter, Message, Role, ToolCall, to_openai
 from zerda.errors import ContextOverflowError
 from zerda.memory import ConversationTokenBufferMemory
-from zerda.stores import InMemoryStore, Since
+from zerda.stores import InMemoryStore, Since, SQLiteStore, Store
 
 COUNTER = ApproxCounter()
 TEXT = st.text(alphabet="ab cd", min_size=1, max_size=30)
@@ -64,28 +69,46 @@ class AdvancedEqualsFitted(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.ids = itertools.count()
+        self.stores: list[Store] = []
 
     @initialize(
+        kind=st.sampled_from(["memory", "sqlite"]),
         limit=st.integers(20, 200),
         reserve=st.integers(0, 10),
         retention=st.one_of(st.none(), st.integers(4, 40)),
         ttl=st.booleans(),
     )
-    def start(self, limit: int, reserve: int, retention: int | None, ttl: bool) -> None:
+    def start(self, kind: str, limit: int, reserve: int, retention: int | None, ttl: bool) -> None:
         self.clock = Clock()
-        self.store = InMemoryStore(
-            max_messages=retention, ttl=60.0 if ttl else None, clock=self.clock
-        )
+        where: dict[str, Any] = {
+            "max_messages": retention,
+            "ttl": 60.0 if ttl else None,
+            "clock": self.clock,
+        }
+        if kind == "memory":
+            self.store: Store = InMemoryStore(**where)
+            other: Store = self.store
+        else:  # another worker writes through a store of its own over the same file
+            self.folder = tempfile.mkdtemp(prefix="zerda-advance-")
+            path = os.path.join(self.folder, "chats.db")
+            self.store, other = SQLiteStore(path, **where), SQLiteStore(path, **where)
+            self.stores += [self.store, other]
         options: dict[str, Any] = {
             "max_token_limit": limit,
             "reserve_tokens": min(reserve, limit - 1),
             "token_counter": COUNTER,
-            "store": self.store,
             "session_id": "s",
         }
-        self.memory = ConversationTokenBufferMemory(**options)
-        self.twin = FittingOnly(**options)
-        self.other = ConversationTokenBufferMemory(**options)  # another worker on the session
+        self.memory = ConversationTokenBufferMemory(store=self.store, **options)
+        self.twin = FittingOnly(store=self.store, **options)
+        self.other = ConversationTokenBufferMemory(store=other, **options)
+        self.other_store = other
+
+    def teardown(self) -> None:
+        for store in self.stores:
+            store.close()
+        if self.stores:
+            shutil.rmtree(self.folder)
 
     # -- what is appended ------------------------------------------------------------------
 
@@ -146,21 +169,22 @@ class AdvancedEqualsFitted(RuleBasedStateMachine):
         if counted:
             self.other.add_messages(batch)
         else:  # stored without counts: the reader counts them
-            self.store.append("s", [m.stamped() for m in batch])
+            self.other_store.append("s", [m.stamped() for m in batch])
 
     @rule(data=st.data())
     def edit(self, data: st.DataObject) -> None:
-        history = self.store.history("s")
+        store = data.draw(st.sampled_from([self.store, self.other_store]))
+        history = store.history("s")
         what = data.draw(st.sampled_from(["pop", "delete", "edit"]))
         if what == "pop" or not history:
-            self.store.pop_turn("s")
+            store.pop_turn("s")
             return
         target = data.draw(st.sampled_from(history))
         assert target.id is not None
         if what == "delete":
-            self.store.delete_messages("s", [target.id])
+            store.delete_messages("s", [target.id])
         else:
-            self.store.edit_message("s", target.id, data.draw(TEXT))
+            store.edit_message("s", target.id, data.draw(TEXT))
 
     @rule(limit=st.integers(20, 200))
     def change_the_budget(self, limit: int) -> None:
@@ -175,7 +199,7 @@ class AdvancedEqualsFitted(RuleBasedStateMachine):
 
     @rule()
     def clear(self) -> None:
-        self.store.delete_session("s")
+        self.other_store.delete_session("s")
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -242,14 +266,18 @@ def conversations(draw: st.DrawFn) -> list[list[Message]]:
     return batches
 
 
-@settings(max_examples=200, deadline=None)
+STORES = {"memory": InMemoryStore, "sqlite": lambda: SQLiteStore(":memory:")}
+
+
+@pytest.mark.parametrize("kind", sorted(STORES))
+@settings(max_examples=150, deadline=None)
 @given(conversations(), st.integers(15, 160), st.data())
 def test_each_read_after_each_batch_is_what_fitting_gives(
-    batches: list[list[Message]], limit: int, data: st.DataObject
+    kind: str, batches: list[list[Message]], limit: int, data: st.DataObject
 ) -> None:
     """Every read after every batch (the path of an application): the advanced context and
     stats are those of the memory that fits the tail, including where a read falls back."""
-    store = InMemoryStore()
+    store = STORES[kind]()
     options: dict[str, Any] = {"token_counter": COUNTER, "store": store, "session_id": "s"}
     memory = ConversationTokenBufferMemory(limit, **options)
     twin = FittingOnly(limit, **options)
@@ -258,12 +286,14 @@ def test_each_read_after_each_batch_is_what_fitting_gives(
         assert outcome(memory) == outcome(twin)
         if data.draw(st.integers(0, 20), label="edit") == 0 and store.history("s"):
             store.pop_turn("s")
+    store.close()
 
 
-def test_a_long_session_read_after_every_turn() -> None:
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_a_long_session_read_after_every_turn(kind: str) -> None:
     """Hundreds of turns, a small budget: the kept window drops turns on most reads and lets
     the dropped ones go now and then; every read is still what fitting gives."""
-    store = InMemoryStore()
+    store = STORES[kind]()
     options: dict[str, Any] = {"token_counter": COUNTER, "store": store, "session_id": "s"}
     memory = ConversationTokenBufferMemory(120, **options)
     twin = FittingOnly(120, **options)

@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import json
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -29,6 +30,7 @@ from zerda.stores._base import (
     ClosingStore,
     DecodedMessages,
     SessionInfo,
+    Since,
     Store,
     Tail,
     ThreadedAsync,
@@ -127,19 +129,33 @@ def m002_message_ids(db: sqlite3.Connection) -> None:
     db.execute("CREATE UNIQUE INDEX messages_id ON messages (sid, id) WHERE id IS NOT NULL")
 
 
+@_migration
+def m003_session_generations(db: sqlite3.Connection) -> None:
+    # A number drawn afresh whenever a session's log changes other than by an append (created,
+    # started afresh, trimmed, edited, forked into): a cursor that names another is stale, so
+    # tail_since answers what came after a cursor only while the log up to it is unchanged.
+    db.execute("ALTER TABLE sessions ADD COLUMN generation INTEGER NOT NULL DEFAULT 0")
+
+
 # -- SQL (module constants, so sqlite3's statement cache reuses the prepared statements) -----
 
 _SESSION = (
     "SELECT sid, created_at, updated_at, next_seq, first_seq, next_turn, first_turn, "
-    "system_trimmed, metadata FROM sessions WHERE session_id = ?"
+    "system_trimmed, metadata, generation FROM sessions WHERE session_id = ?"
 )
-_NEW_SESSION = "INSERT INTO sessions (session_id, created_at, updated_at) VALUES (?, ?, ?)"
+_NEW_SESSION = (
+    "INSERT INTO sessions (session_id, created_at, updated_at, generation) VALUES (?, ?, ?, ?)"
+)
 _RESET_SESSION = (
     "UPDATE sessions SET created_at = ?, updated_at = ?, metadata = '{}', next_seq = 0, "
-    "first_seq = 0, next_turn = 0, first_turn = 0, system_trimmed = 0 WHERE sid = ?"
+    "first_seq = 0, next_turn = 0, first_turn = 0, system_trimmed = 0, generation = ? "
+    "WHERE sid = ?"
 )
 _AFTER_APPEND = "UPDATE sessions SET updated_at = ?, next_seq = ?, next_turn = ? WHERE sid = ?"
-_AFTER_TRIM = "UPDATE sessions SET first_seq = ?, first_turn = ?, system_trimmed = ? WHERE sid = ?"
+_AFTER_TRIM = (
+    "UPDATE sessions SET first_seq = ?, first_turn = ?, system_trimmed = ?, generation = ? "
+    "WHERE sid = ?"
+)
 _INSERT = (
     "INSERT INTO messages (sid, turn, seq, role, body, tokens, id) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
@@ -148,6 +164,11 @@ _HELD_IDS = "SELECT id FROM messages WHERE sid = ? AND id IN (SELECT value FROM 
 _SYSTEM_ROWS = "SELECT body, tokens FROM messages WHERE sid = ? AND turn = -1 ORDER BY seq"
 TAIL_QUERY = (
     "SELECT turn, body, tokens FROM messages WHERE sid = ? AND turn >= ? ORDER BY turn, seq"
+)
+# The turn rows from a position on (their turns from a number on: one range of the key).
+_ROWS_SINCE = (
+    "SELECT turn, body, tokens FROM messages WHERE sid = ? AND turn >= ? AND seq >= ? "
+    "ORDER BY turn, seq"
 )
 _ALL_ROWS = "SELECT turn, seq, body FROM messages WHERE sid = ? ORDER BY turn, seq"
 _TURN_STARTS = "SELECT turn, seq FROM messages WHERE sid = ? AND turn >= ? ORDER BY turn, seq"
@@ -184,7 +205,7 @@ _MOVE_SYSTEM = "UPDATE messages SET seq = ? WHERE sid = ? AND turn = -1 AND seq 
 _EDIT_ROW = "UPDATE messages SET body = ?, tokens = NULL WHERE sid = ? AND turn = ? AND seq = ?"
 _AFTER_EDIT = (
     "UPDATE sessions SET updated_at = ?, next_seq = ?, first_seq = ?, next_turn = ?, "
-    "first_turn = ?, system_trimmed = ? WHERE sid = ?"
+    "first_turn = ?, system_trimmed = ?, generation = ? WHERE sid = ?"
 )
 # A fork's rows, renumbered from 0: the trimmed system rows one by one, then the source's log
 # from first_seq up to a position, shifted (turns counted from first_turn).
@@ -201,7 +222,8 @@ _COPY_ROWS = (
 _NEXT_TURN = "SELECT coalesce(max(turn) + 1, 0) FROM messages WHERE sid = ?"
 _FORKED = (
     "UPDATE sessions SET created_at = ?, updated_at = ?, metadata = ?, next_seq = ?, "
-    "first_seq = 0, next_turn = ?, first_turn = 0, system_trimmed = 0 WHERE sid = ?"
+    "first_seq = 0, next_turn = ?, first_turn = 0, system_trimmed = 0, generation = ? "
+    "WHERE sid = ?"
 )
 _PINNED_ROLES = frozenset(role.value for role in PINNED)
 
@@ -218,6 +240,13 @@ class _Row(NamedTuple):
     first_turn: int
     system_trimmed: int
     metadata: str
+    generation: int
+
+
+def _generation() -> int:
+    """A fresh generation (see m003_session_generations): random, so that a session deleted
+    and made again under a reused ``sid`` does not take up an old one."""
+    return random.getrandbits(62)
 
 
 # What a tail read takes out of the transaction: the session's row, its system rows and the
@@ -523,15 +552,16 @@ class SQLiteStore(ClosingStore):
     def _writable(self, db: sqlite3.Connection, session_id: str, now: float) -> _Row:
         """The session's row, created (or, if expired, started afresh) for a write at ``now``."""
         row = self._session(db, session_id)
+        if row is not None and not self._expired(row, now):
+            return row
+        generation = _generation()
         if row is None:
-            sid = db.execute(_NEW_SESSION, (session_id, now, now)).lastrowid
+            sid = db.execute(_NEW_SESSION, (session_id, now, now, generation)).lastrowid
             assert sid is not None
-            return _Row(sid, now, now, 0, 0, 0, 0, 0, "{}")
-        if self._expired(row, now):
-            db.execute(_DROP_MESSAGES, (row.sid,))
-            db.execute(_RESET_SESSION, (now, now, row.sid))
-            return _Row(row.sid, now, now, 0, 0, 0, 0, 0, "{}")
-        return row
+            return _Row(sid, now, now, 0, 0, 0, 0, 0, "{}", generation)
+        db.execute(_DROP_MESSAGES, (row.sid,))
+        db.execute(_RESET_SESSION, (now, now, generation, row.sid))
+        return _Row(row.sid, now, now, 0, 0, 0, 0, 0, "{}", generation)
 
     def _decode(self, body: str, session_id: str, remember: bool = True) -> Message:
         return self._decoded.decode(body, self._where, session_id, remember)
@@ -579,7 +609,7 @@ class SQLiteStore(ClosingStore):
             return
         db.execute(_DROP_TURNS, (row.sid, cut_turn))
         (system_trimmed,) = db.execute(_SYSTEM_BEFORE, (row.sid, cut_seq)).fetchone()
-        db.execute(_AFTER_TRIM, (cut_seq, cut_turn, system_trimmed, row.sid))
+        db.execute(_AFTER_TRIM, (cut_seq, cut_turn, system_trimmed, _generation(), row.sid))
 
     # -- the contract ----------------------------------------------------------------------------
 
@@ -696,6 +726,55 @@ class SQLiteStore(ClosingStore):
             tokens,
             system_tokens,
             self._metadata(row.metadata, session_id),
+            (row.sid, row.generation, row.next_seq, row.next_turn),
+        )
+
+    def tail_since(
+        self, session_id: str, cursor: object, counter: str | None = None
+    ) -> Since | None:
+        """What the session gained after ``cursor`` (a :attr:`Tail.cursor` or
+        :attr:`Since.cursor` of this file): see :class:`~zerda.stores.Since`. One range of
+        the primary key, the rows appended since."""
+        check_session_id(session_id)
+        if type(cursor) is not tuple or len(cursor) != 4:
+            return None
+        sid, generation, end, turn = cursor
+        with self._read("read what came since") as db:
+            row = self._live(db, session_id)
+            if (
+                row is None
+                or (row.sid, row.generation) != (sid, generation)
+                or not row.first_seq <= end <= row.next_seq
+            ):
+                return None
+            rows = (
+                db.execute(_ROWS_SINCE, (sid, max(turn - 1, 0), end)).fetchall()
+                if end < row.next_seq
+                else []
+            )
+        if len(rows) != row.next_seq - end:
+            return None  # a pinned message came (its row is not a turn's): read the tail
+        decode = self._decode
+        messages = [decode(body, session_id) for _, body, _ in rows]
+        starts: list[int] = []
+        previous = turn - 1  # the turn the last message before the cursor belongs to
+        for i, (t, _, _) in enumerate(rows):
+            if t != previous:
+                starts.append(i)
+                previous = t
+        count = self._count
+        tokens: list[int | None] = (
+            [count(t, counter, session_id) for _, _, t in rows]
+            if counter is not None
+            else [None] * len(rows)
+        )
+        return Since(
+            messages,
+            tokens,
+            starts,
+            row.next_turn - row.first_turn,
+            row.next_seq - row.first_seq + row.system_trimmed,
+            (sid, generation, row.next_seq, row.next_turn),
         )
 
     def history(self, session_id: str) -> list[Message]:
@@ -832,7 +911,7 @@ class SQLiteStore(ClosingStore):
             if source is None:
                 return 0
             if target is None:
-                sid = db.execute(_NEW_SESSION, (new_session_id, now, now)).lastrowid
+                sid = db.execute(_NEW_SESSION, (new_session_id, now, now, 0)).lastrowid
                 assert sid is not None
             else:  # an expired or an empty session: started afresh
                 sid = target.sid
@@ -852,7 +931,7 @@ class SQLiteStore(ClosingStore):
             copy = (sid, source.first_turn, shift, source.sid, first, end)
             copied = len(trimmed) + db.execute(_COPY_ROWS, copy).rowcount
             (next_turn,) = db.execute(_NEXT_TURN, (sid,)).fetchone()
-            db.execute(_FORKED, (now, now, source.metadata, copied, next_turn, sid))
+            db.execute(_FORKED, (now, now, source.metadata, copied, next_turn, _generation(), sid))
             return copied
 
     def edit_message(
@@ -946,7 +1025,8 @@ class SQLiteStore(ClosingStore):
         if next_turn == first_turn:  # no turn is left: number them from 0, as a new session
             next_turn = first_turn = 0
         db.execute(
-            _AFTER_EDIT, (now, next_seq, first_seq, next_turn, first_turn, system_trimmed, sid)
+            _AFTER_EDIT,
+            (now, next_seq, first_seq, next_turn, first_turn, system_trimmed, _generation(), sid),
         )
         return dropped
 
