@@ -1718,6 +1718,8 @@ class _Contract:
         cursor = s.tail("s", None).cursor
         assert s.tail_since("other", cursor) is None
         assert s.tail_since("s", "not a cursor") is None
+        assert s.tail_since("s", tuple(str(part) for part in cursor)) is None
+        assert s.tail_since("s", (*cursor[:-1], None)) is None
         self.clock.advance(11)
         assert s.tail_since("s", cursor) is None
 

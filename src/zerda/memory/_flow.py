@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from zerda.messages import Message
 from zerda.parts import Part
-from zerda.stores._base import AsyncStore, Since, Store, Tail, TokenCounts
+from zerda.stores._base import AsyncStore, Since, Store, Tail, TailSince, TokenCounts
 from zerda.summarize import Summarizer, SummaryResult, arun_summarizer, run_summarizer
 
 __all__ = [
@@ -81,9 +81,7 @@ class ReadSince:
     counter: str | None
 
     def run(self, store: Store) -> Since | None:
-        since: Callable[[str, object, str | None], Since | None] | None = getattr(
-            store, "tail_since", None
-        )
+        since: TailSince | None = getattr(store, "tail_since", None)
         return None if since is None else since(self.session_id, self.cursor, self.counter)
 
     async def arun(self, store: AsyncStore) -> Since | None:

@@ -264,7 +264,7 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
                 window.total_messages,
             ):
                 return None
-            return self._window_view(window, since.cursor)
+            return self._window_view(window)
         if not extends_valid(new, () if window.messages else since.turn_starts):
             return None
         stored = since.tokens
@@ -320,9 +320,9 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
             since.total_turns,
             since.total_messages,
         )
-        return self._window_view(advanced, since.cursor)
+        return self._window_view(advanced)
 
-    def _window_view(self, window: _Window, cursor: object) -> _View:
+    def _window_view(self, window: _Window) -> _View:
         """The view of a window: the same as the one fitting its tail gave."""
         tail = Tail(
             window.system,
@@ -333,7 +333,7 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
             window.tokens,
             window.system_counts,
             {},
-            cursor,
+            window.cursor,
         )
         turns = len(window.turn_starts) - window.first
         view = _View(

@@ -357,8 +357,8 @@ class Since:
     A store that can say cheaply what was appended to a session after a :attr:`Tail.cursor`
     (or a ``Since.cursor``) offers ``tail_since(session_id, cursor, counter) -> Since | None``
     and its async twin ``atail_since``; the token memory then reads only that, not the whole
-    tail again (``InMemoryStore`` does). The methods are optional: a store without them is
-    read whole every time.
+    tail again (``InMemoryStore``, ``JSONFileStore`` and the SQLite stores do). The methods
+    are optional: a store without them is read whole every time.
 
     ``messages`` are the messages appended after the cursor, none of them pinned, oldest
     first; ``tokens`` their counts by ``counter`` (``None`` where none was stored);
@@ -376,6 +376,9 @@ class Since:
     total_messages: int
     cursor: object
 
+
+TailSince = Callable[[str, object, str | None], Since | None]
+"""A store's ``tail_since(session_id, cursor, counter)``, looked up where it is optional."""
 
 # The text of the decoded messages a store keeps, per generation (see BoundedCache): a few
 # thousand to tens of thousands of messages, some 50 MB of memory at most.
@@ -759,9 +762,7 @@ class ThreadedAsync:
         self, session_id: str, cursor: object, counter: str | None = None
     ) -> Since | None:
         """The sync store's ``tail_since`` (see :class:`Since`); ``None`` when it has none."""
-        since: Callable[[str, object, str | None], Since | None] | None = getattr(
-            self._threaded(), "tail_since", None
-        )
+        since: TailSince | None = getattr(self._threaded(), "tail_since", None)
         if since is None:
             return None
         return await self._short(lambda s: since(session_id, cursor, counter))

@@ -208,8 +208,12 @@ class InMemoryStore:
         :attr:`Since.cursor` of this store): see :class:`~zerda.stores._base.Since`.
 
         Costs what was appended since, not what the session holds."""
-        if type(cursor) is not tuple or len(cursor) != 2:
-            return None
+        if (
+            type(cursor) is not tuple
+            or len(cursor) != 2
+            or not all(type(part) is int for part in cursor)
+        ):
+            return None  # not a cursor of this store
         generation, end = cursor
         with self._lock:
             session = self._live(session_id)

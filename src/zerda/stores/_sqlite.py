@@ -243,6 +243,12 @@ class _Row(NamedTuple):
     generation: int
 
 
+def _cursor(row: _Row) -> tuple[int, int, int, int]:
+    """Where a read of ``row``'s session ends: the session, its generation, the next position
+    and the next turn number (see tail_since)."""
+    return (row.sid, row.generation, row.next_seq, row.next_turn)
+
+
 def _generation() -> int:
     """A fresh generation (see m003_session_generations): random, so that a session deleted
     and made again under a reused ``sid`` does not take up an old one."""
@@ -703,31 +709,39 @@ class SQLiteStore(ClosingStore):
         if read is None:
             return empty_tail()
         row, system_rows, rows = read
-        decode = self._decode
-        messages = [decode(body, session_id) for _, body, _ in rows]
-        offsets: list[int] = []
-        previous = SYSTEM_TURN
-        for i, (turn, _, _) in enumerate(rows):
-            if turn != previous:
-                offsets.append(i)
-                previous = turn
-        tokens: Sequence[int | None] = ()
+        messages, offsets, counts = self._turn_rows(rows, SYSTEM_TURN, session_id, counter)
         system_tokens: Sequence[int | None] = ()
         if counter is not None:
-            count = self._count
-            tokens = [count(t, counter, session_id) for _, _, t in rows]
-            system_tokens = [count(t, counter, session_id) for _, t in system_rows]
+            system_tokens = [self._count(t, counter, session_id) for _, t in system_rows]
         return Tail(
-            tuple(decode(body, session_id) for body, _ in system_rows),
+            tuple(self._decode(body, session_id) for body, _ in system_rows),
             messages,
             offsets,
             row.next_turn - row.first_turn,
             row.next_seq - row.first_seq + row.system_trimmed,
-            tokens,
+            counts if counter is not None else (),
             system_tokens,
             self._metadata(row.metadata, session_id),
-            (row.sid, row.generation, row.next_seq, row.next_turn),
+            _cursor(row),
         )
+
+    def _turn_rows(
+        self, rows: Sequence[Any], previous: int, session_id: str, counter: str | None
+    ) -> tuple[list[Message], list[int], list[int | None]]:
+        """Turn rows ``(turn, body, tokens)`` as messages, the offsets where a turn starts
+        (``previous``: the turn of the message before them) and the counts by ``counter``
+        (all ``None`` without one)."""
+        decode = self._decode
+        messages = [decode(body, session_id) for _, body, _ in rows]
+        offsets: list[int] = []
+        for i, (turn, _, _) in enumerate(rows):
+            if turn != previous:
+                offsets.append(i)
+                previous = turn
+        if counter is None:
+            return messages, offsets, [None] * len(rows)
+        count = self._count
+        return messages, offsets, [count(t, counter, session_id) for _, _, t in rows]
 
     def tail_since(
         self, session_id: str, cursor: object, counter: str | None = None
@@ -736,8 +750,12 @@ class SQLiteStore(ClosingStore):
         :attr:`Since.cursor` of this file): see :class:`~zerda.stores.Since`. One range of
         the primary key, the rows appended since."""
         check_session_id(session_id)
-        if type(cursor) is not tuple or len(cursor) != 4:
-            return None
+        if (
+            type(cursor) is not tuple
+            or len(cursor) != 4
+            or not all(type(part) is int for part in cursor)
+        ):
+            return None  # not a cursor of this store
         sid, generation, end, turn = cursor
         with self._read("read what came since") as db:
             row = self._live(db, session_id)
@@ -754,27 +772,15 @@ class SQLiteStore(ClosingStore):
             )
         if len(rows) != row.next_seq - end:
             return None  # a pinned message came (its row is not a turn's): read the tail
-        decode = self._decode
-        messages = [decode(body, session_id) for _, body, _ in rows]
-        starts: list[int] = []
-        previous = turn - 1  # the turn the last message before the cursor belongs to
-        for i, (t, _, _) in enumerate(rows):
-            if t != previous:
-                starts.append(i)
-                previous = t
-        count = self._count
-        tokens: list[int | None] = (
-            [count(t, counter, session_id) for _, _, t in rows]
-            if counter is not None
-            else [None] * len(rows)
-        )
+        # The message before the cursor belongs to turn ``turn - 1``.
+        messages, starts, counts = self._turn_rows(rows, turn - 1, session_id, counter)
         return Since(
             messages,
-            tokens,
+            counts,
             starts,
             row.next_turn - row.first_turn,
             row.next_seq - row.first_seq + row.system_trimmed,
-            (sid, generation, row.next_seq, row.next_turn),
+            _cursor(row),
         )
 
     def history(self, session_id: str) -> list[Message]:
