@@ -580,7 +580,7 @@ def test_summary_buffer_folds_what_leaves_the_budget(zerda: Any) -> None:
     for number, r in enumerate(turns, 1):
         assert r["context_tokens"] <= 300
         assert r["turns_summarized"] + r["turns_in_context"] == number, "nothing pending"
-        assert r["turns_evicted"] == number - r["turns_in_context"]
+        assert r["turns_evicted"] == 0, "a summarized turn is not evicted"
         # The summary is one more system message in the context.
         assert (r["summary_tokens"] > 0) == (r["turns_summarized"] > 0)
     assert any(r["turns_summarized"] for r in turns), "the budget must fold something"

@@ -14,7 +14,7 @@ from zerda.memory import (
     ConversationBufferWindowMemory,
     ConversationTokenBufferMemory,
 )
-from zerda.policies import REPAIRS, rename_reused_ids, repair
+from zerda.policies import REPAIRS, RepairEvent, count_repairs, rename_reused_ids, repair
 from zerda.tokens import CallableCounter
 
 
@@ -53,7 +53,7 @@ def show(messages: list[Message]) -> list[str]:
 
 def events(fixed: Any) -> dict[str, int]:
     counts = dict.fromkeys(REPAIRS, 0)
-    for kind, _ in fixed.events:
+    for kind, *_ in fixed.events:
         counts[REPAIRS[kind]] += 1
     return {k: n for k, n in counts.items() if n}
 
@@ -77,7 +77,9 @@ def test_a_result_stored_after_an_interjection_moves_after_its_call() -> None:
     assert fixed.turn_starts == [0, 3]  # the result belongs to its call's turn
     assert fixed.tokens == [4, 9, 6, 8, 5]  # and its count goes with it
     assert events(fixed) == {"moved_results": 1}
-    assert fixed.events == [(0, 0)]  # (kind, turn): the turn of the call
+    # It belongs to its call's turn (0), was stored in the next (1), as message 3, after 1.
+    assert fixed.events == [RepairEvent(0, 0, 1, message=3, other=1)]
+    assert fixed.sources == [0, 1, 3, 2, 4]  # where each message sent was stored
 
 
 def test_a_result_stored_before_its_call_moves_after_it() -> None:
@@ -130,6 +132,56 @@ def test_a_greeting_before_the_first_user_message_is_dropped() -> None:
     assert events(fixed) == {"dropped_before_user": 1}
 
 
+def test_a_result_pairs_with_a_call_of_its_own_turn_first() -> None:
+    """A result stored before its call in the same turn answers that call, not an older one
+    with the same id: so the turn gets the same result from a tail that starts with it."""
+    older = [user("a"), calls("c1")]
+    turn = [user("b"), result("c1", "early"), calls("c1"), result("c1", "late"), reply("ok")]
+    whole = repair(older + turn, [], starts(older + turn))
+    alone = repair(turn, [], starts(turn))
+    assert whole is not None
+    assert alone is not None
+    assert show(whole.messages) == ["a", "b", ">c1", "c1:early", "ok"]  # the old call: removed
+    assert show(alone.messages) == show(whole.messages)[1:]
+    assert count_repairs(whole.events, 1) == count_repairs(alone.events, 0)
+
+
+def test_a_result_answers_only_the_latest_call_with_its_id() -> None:
+    """An older call with the same id, still waiting, is not answered by a result that comes
+    after a newer one is answered: the extra result is a duplicate."""
+    tail = [user("a"), calls("c1"), user("b"), calls("c1"), result("c1", "1"), result("c1", "2")]
+    fixed = repair(tail, [], starts(tail))
+    assert fixed is not None
+    assert show(fixed.messages) == ["a", "b", ">c1", "c1:1"]
+    assert events(fixed) == {"dropped_duplicate_results": 1, "dropped_unanswered_calls": 1}
+
+
+def test_seen_from_the_context_a_result_moved_out_of_it_is_an_orphan() -> None:
+    """A result stored in a turn of the context whose call is in an older turn leaves the
+    context with its call: counted as an orphan there, as a tail without that turn sees it."""
+    tail = [user("a"), calls("c1"), user("wait"), result("c1"), reply("done")]
+    fixed = repair(tail, [], starts(tail))
+    assert fixed is not None
+    assert count_repairs(fixed.events, 0)["moved_results"] == 1
+    only_second = count_repairs(fixed.events, 1)
+    assert (only_second["moved_results"], only_second["dropped_orphan_results"]) == (0, 1)
+    alone = repair(tail[2:], [], [0])
+    assert alone is not None
+    assert count_repairs(alone.events, 0) == only_second
+
+
+def test_the_results_of_a_greetings_calls_go_with_it() -> None:
+    tail = [calls("c1"), user("hi"), result("c1"), reply("hello")]
+    fixed = repair(tail, [], starts(tail))
+    assert fixed is not None
+    assert show(fixed.messages) == ["hi", "hello"]
+    assert events(fixed) == {"dropped_before_user": 1, "dropped_orphan_results": 1}
+    # ...counted in the turn that stored the result, as a tail without the greeting counts it
+    alone = repair(tail[1:], [], [0])
+    assert alone is not None
+    assert count_repairs(fixed.events, 1) == count_repairs(alone.events, 0)
+
+
 def renamed(messages: list[Message]) -> list[Message]:
     """``messages`` with rule 6 applied, as a memory applies it to its context."""
     done = rename_reused_ids(messages, starts(messages))
@@ -149,8 +201,8 @@ def test_an_id_reused_turn_after_turn_pairs_each_result_with_its_own_call() -> N
     assert done is not None
     want = ["a", ">call_0", "call_0:r1", "b", ">call_0_2", "call_0_2:r2", "interjection"]
     assert show(done[0]) == want
-    assert [REPAIRS[kind] for kind, _ in done[1]] == ["renamed_call_ids"]
-    assert [turn for _, turn in done[1]] == [1]
+    assert [REPAIRS[e.kind] for e in done[1]] == ["renamed_call_ids"]
+    assert [e.turn for e in done[1]] == [1]
 
 
 def test_a_new_id_never_takes_one_in_use_and_stays_within_40_characters() -> None:

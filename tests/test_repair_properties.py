@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from _validators import (
@@ -38,7 +38,7 @@ from zerda.memory import (
 from zerda.memory._base import BaseMemory
 from zerda.messages import PINNED, Message, Role, ToolCall
 from zerda.parts import ImagePart, ReasoningPart, TextPart
-from zerda.policies import REPAIRS
+from zerda.policies import REPAIRS, count_repairs, repair
 from zerda.tokens import ApproxCounter
 
 PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJ"
@@ -220,6 +220,60 @@ def test_every_context_is_accepted_by_every_provider(
         {**m.to_dict(), "created_at": s.created_at, "id": s.id}
         for m, s in zip(log, stored, strict=True)
     ]
+
+
+def _turn_starts(messages: list[Message]) -> list[int]:
+    starts = [i for i, m in enumerate(messages) if m.role is Role.USER]
+    return starts if starts[:1] == [0] else [0, *starts]
+
+
+@st.composite
+def tangled_logs(draw: st.DrawFn) -> list[Message]:
+    """Turns of calls, results, replies and greetings over two call ids only, in any order:
+    every way a result may find (or miss) its call across turns."""
+    ids = st.sampled_from(["a", "b"])
+    step = st.one_of(
+        ids.map(lambda c: Message(Role.ASSISTANT, None, tool_calls=(ToolCall(c, "f"),))),
+        st.tuples(ids, ids).map(
+            lambda p: Message(
+                Role.ASSISTANT, "x", tool_calls=(ToolCall(p[0], "f"), ToolCall(p[1], "g"))
+            )
+        ),
+        st.tuples(ids, TEXT).map(lambda p: Message(Role.TOOL, p[1], tool_call_id=p[0])),
+        st.just(Message(Role.ASSISTANT, "ok")),
+    )
+    log = draw(st.lists(step, max_size=3))  # a greeting, maybe
+    for _ in range(draw(st.integers(1, 6))):
+        log += [Message(Role.USER, draw(TEXT)), *draw(st.lists(step, max_size=5))]
+    return log
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(messy_logs(), tangled_logs()), st.data())
+def test_a_repaired_turn_does_not_depend_on_how_far_back_the_tail_reaches(
+    log: list[Message], data: st.DataObject
+) -> None:
+    """Repairing the turns from ``first`` on gives the same messages and the same counts from
+    any tail that holds them: a memory reads as far back as its budget asks, and the same log
+    must give the same context and stats however far that was."""
+    messages = [m for m in log if m.role not in PINNED]
+    assume(messages)
+    starts = _turn_starts(messages)
+    first = data.draw(st.integers(0, len(starts) - 1))
+    tail_from = data.draw(st.integers(0, first))
+    outcomes = []
+    for begin_turn in (0, tail_from):
+        begin = starts[begin_turn]
+        tail = messages[begin:]
+        tail_starts = [s - begin for s in starts[begin_turn:]]
+        fixed = repair(tail, [], tail_starts)
+        if fixed is None:
+            outcomes.append((tail[tail_starts[first - begin_turn] :], {}))
+            continue
+        at = fixed.turn_starts[first - begin_turn]
+        counts = count_repairs(fixed.events, first - begin_turn)
+        outcomes.append((fixed.messages[at:], {k: n for k, n in counts.items() if n}))
+    assert outcomes[0] == outcomes[1]
 
 
 def test_the_generator_makes_every_defect() -> None:

@@ -9,6 +9,7 @@ the context starts in that list, so a memory can slice the context out without b
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Literal, NamedTuple, TypeVar
@@ -20,8 +21,10 @@ __all__ = [
     "REPAIRS",
     "Fit",
     "Overflow",
+    "RepairEvent",
     "Repaired",
     "call_ids",
+    "count_repairs",
     "extends_valid",
     "fit_budget",
     "last_turns",
@@ -146,15 +149,33 @@ REPAIRS = (
 MOVED, ORPHAN, DUPLICATE, UNANSWERED, BEFORE_USER, RENAMED = range(len(REPAIRS))
 
 
+class RepairEvent(NamedTuple):
+    """One repair: its ``kind`` (an index of :data:`REPAIRS`), the ``turn`` of the repaired
+    sequence it belongs to (a moved result, or a duplicate, belongs to its call's turn),
+    the ``stored_turn`` of the message it is about, that message (``message``: its index in
+    the tail repaired), the ``other`` message concerned (the call's, for a moved or
+    duplicate result) and the ``call`` of the message (its index in ``tool_calls``) for a
+    removed or renamed call; ``-1`` where there is none."""
+
+    kind: int
+    turn: int
+    stored_turn: int
+    message: int
+    other: int = -1
+    call: int = -1
+
+
 class Repaired(NamedTuple):
     """A repaired tail: its messages and counts, where each of its turns starts (as many turns
-    as before; a turn whose every message was dropped is empty), and what was repaired, as
-    ``(kind, turn)`` pairs (kinds index :data:`REPAIRS`)."""
+    as before; a turn whose every message was dropped is empty), what was repaired
+    (:class:`RepairEvent`), and, for each output message, the index of the message of the
+    tail it came from (``sources``)."""
 
     messages: list[Message]
     tokens: list[int | None]
     turn_starts: list[int]
-    events: list[tuple[int, int]]
+    events: list[RepairEvent]
+    sources: list[int]
 
 
 def repair(
@@ -174,15 +195,19 @@ def repair(
     4. a call with no result is removed from its message (a second call with the same id in
        one message too); a message left with neither text nor calls is dropped;
     5. a first turn that does not open on a user message (a greeting) is dropped: the first
-       message after the pinned ones is a user message;
+       message after the pinned ones is a user message, and the results of its calls go with
+       it, wherever they were stored;
     6. a call whose id an earlier call of the context uses (models that number their calls
        ``call_0`` each turn) is given a new one, ``call_0_2``, and so are its results: OpenAI
        and Anthropic refuse a request that uses one id twice.
 
-    A result answers the most recent call with its id that has no result yet, so models that
-    reuse ids turn after turn (``call_0`` each time) are paired right. Turns keep their
-    numbers (a moved result belongs to its call's turn); a message that changed has no count
-    (``None``: count it again). Costs one pass over the tail.
+    A result answers a call of its own turn with its id when there is one (the latest before
+    it, else the first after it), else the latest call with its id in the turns before; a
+    call that already has its result takes no other (rule 3). So models that reuse ids turn
+    after turn are paired right, and how a result is paired never depends on how far back
+    the tail reaches: the same turns give the same context from any tail that holds them.
+    Turns keep their numbers (a moved result belongs to its call's turn); a message that
+    changed has no count (``None``: count it again). Costs one pass over the tail.
 
     ``valid_upto`` says that ``messages[:valid_upto]`` is known to break no rule and to end
     where no call waits for a result (a memory knows it from its last read: logs only
@@ -190,47 +215,58 @@ def repair(
     """
     if not _needs_repair(messages, turn_starts, valid_upto):
         return None
-    turn_of = _turn_numbers(len(messages), turn_starts)
-    events: list[tuple[int, int]] = []
-    open_calls: dict[str, list[tuple[int, int]]] = {}  # call id -> its unanswered calls
-    seen: set[str] = set()  # every call id met so far
-    early: dict[str, list[int]] = {}  # results met before any call of theirs
-    paired: set[tuple[int, int]] = set()  # (message, call) answered
-    removed: set[tuple[int, int]] = set()  # (message, call) to drop: a repeated id
-    results_of: dict[int, list[int]] = {}  # message -> the results of its calls, in order
-    for i, m in enumerate(messages):
-        if m.role is Role.TOOL:
-            call_id = m.tool_call_id or ""
-            waiting = open_calls.get(call_id)
-            if waiting:
-                owner = waiting.pop()
-                paired.add(owner)
-                results_of.setdefault(owner[0], []).append(i)
-            elif call_id in seen:
-                events.append((DUPLICATE, turn_of[i]))
-            else:
-                early.setdefault(call_id, []).append(i)
-        elif m.tool_calls:
+    n = len(messages)
+    turn_of = _turn_numbers(n, turn_starts)
+    greeting = bool(turn_starts) and messages[turn_starts[0]].role is not Role.USER
+    greeting_end = turn_starts[1] if greeting and len(turn_starts) > 1 else n
+    events: list[RepairEvent] = []
+    removed: set[tuple[int, int]] = set()  # (message, call) to drop: an id twice in a message
+    owner_of: dict[int, tuple[int, int]] = {}  # result -> the (message, call) it answers
+    answered: set[tuple[int, int]] = set()
+    latest: dict[str, tuple[int, int]] = {}  # call id -> its latest call in the turns before
+    bounds = [*turn_starts, n] if turn_starts and turn_starts[0] == 0 else [0, *turn_starts, n]
+    for begin, end in itertools.pairwise(bounds):
+        own: dict[str, list[tuple[int, int]]] = {}  # this turn's calls, by id, in order
+        for i in range(begin, end):
             here: set[str] = set()
-            for j, call in enumerate(m.tool_calls):
+            for j, call in enumerate(messages[i].tool_calls):
                 if call.id in here:
                     removed.add((i, j))
                     continue
                 here.add(call.id)
-                seen.add(call.id)
-                before = early.get(call.id)
-                if before:
-                    paired.add((i, j))
-                    results_of.setdefault(i, []).append(before.pop(0))
-                else:
-                    open_calls.setdefault(call.id, []).append((i, j))
-    for waiting_results in early.values():
-        events.extend((ORPHAN, turn_of[r]) for r in waiting_results)
-    greeting = bool(turn_starts) and messages[turn_starts[0]].role is not Role.USER
-    greeting_end = turn_starts[1] if greeting and len(turn_starts) > 1 else len(messages)
+                own.setdefault(call.id, []).append((i, j))
+        for r in range(begin, end):
+            m = messages[r]
+            if m.role is not Role.TOOL:
+                continue
+            call_id = m.tool_call_id or ""
+            same_turn = own.get(call_id)
+            owner = None
+            if same_turn:
+                before = [c for c in same_turn if c[0] < r]
+                owner = before[-1] if before else same_turn[0]
+            else:
+                owner = latest.get(call_id)
+            if owner is None:
+                events.append(RepairEvent(ORPHAN, turn_of[r], turn_of[r], r))
+            elif owner in answered:
+                events.append(RepairEvent(DUPLICATE, turn_of[owner[0]], turn_of[r], r, owner[0]))
+            else:
+                answered.add(owner)
+                owner_of[r] = owner
+        for call_id, calls in own.items():
+            latest[call_id] = calls[-1]
+    results_of: dict[int, list[int]] = {}  # message -> the results of its calls, in order
+    for r, (i, _) in owner_of.items():
+        if greeting and i < greeting_end:
+            if r >= greeting_end:  # a greeting's call answered later: dropped with it
+                events.append(RepairEvent(ORPHAN, turn_of[r], turn_of[r], r))
+            continue
+        results_of.setdefault(i, []).append(r)
     counted = bool(tokens)
     out: list[Message] = []
     out_tokens: list[int | None] = []
+    sources: list[int] = []
     starts: list[int] = []
     next_start = 0
     for i, m in enumerate(messages):
@@ -240,36 +276,55 @@ def repair(
         if greeting and i < greeting_end:
             # Dropped with its turn (the results of its calls with it, wherever stored).
             if m.role is not Role.TOOL:
-                events.append((BEFORE_USER, 0))
+                events.append(RepairEvent(BEFORE_USER, 0, 0, i))
             continue
         if m.role is Role.TOOL:
             continue  # emitted with its call, or dropped
         if not m.tool_calls:
             out.append(m)
+            sources.append(i)
             if counted:
                 out_tokens.append(tokens[i])
             continue
-        kept = tuple(c for j, c in enumerate(m.tool_calls) if (i, j) in paired)
-        dropped = len(m.tool_calls) - len(kept)
-        events.extend((UNANSWERED, turn_of[i]) for _ in range(dropped))
+        gone = [j for j in range(len(m.tool_calls)) if (i, j) not in answered or (i, j) in removed]
+        kept = tuple(c for j, c in enumerate(m.tool_calls) if j not in gone)
+        dropped = len(gone)
+        events.extend(RepairEvent(UNANSWERED, turn_of[i], turn_of[i], i, call=j) for j in gone)
+        mine = sorted(results_of.get(i, ()))
         if dropped and not kept and not m.text and not isinstance(m.content, tuple):
             continue  # neither text nor calls left
         if dropped:
             m = dataclasses.replace(m, tool_calls=kept)
         out.append(m)
+        sources.append(i)
         if counted:
             out_tokens.append(None if dropped else tokens[i])
-        mine = sorted(results_of.get(i, ()))
         for r in mine:
             if r < i or any(messages[k].role is not Role.TOOL for k in range(i + 1, r)):
-                events.append((MOVED, turn_of[i]))
+                events.append(RepairEvent(MOVED, turn_of[i], turn_of[r], r, i))
             out.append(messages[r])
+            sources.append(r)
             if counted:
                 out_tokens.append(tokens[r])
     while next_start < len(turn_starts):  # turns that were only dropped messages, at the end
         starts.append(len(out))
         next_start += 1
-    return Repaired(out, out_tokens, starts, events)
+    return Repaired(out, out_tokens, starts, events, sources)
+
+
+def count_repairs(events: Sequence[RepairEvent], first_turn: int) -> dict[str, int]:
+    """What :func:`repair`'s ``events`` did to the turns from ``first_turn`` on (a context),
+    by kind (every kind of :data:`REPAIRS`, 0 when it did not happen). Seen from that
+    context, a result moved to (or a duplicate of) a call in a turn before it was dropped
+    because its call is not there: it counts as an orphan, so the counts, like the context,
+    do not depend on how far back the tail reached."""
+    counts = dict.fromkeys(REPAIRS, 0)
+    for event in events:
+        if event.turn >= first_turn:
+            counts[REPAIRS[event.kind]] += 1
+        elif event.stored_turn >= first_turn and event.kind in (MOVED, DUPLICATE):
+            counts[REPAIRS[ORPHAN]] += 1
+    return counts
 
 
 def extends_valid(messages: Sequence[Message], turn_starts: Sequence[int]) -> bool:
@@ -287,11 +342,11 @@ def call_ids(messages: Sequence[Message]) -> set[str]:
 
 def rename_reused_ids(
     messages: Sequence[Message], turn_starts: Sequence[int]
-) -> tuple[list[Message], list[tuple[int, int]]] | None:
+) -> tuple[list[Message], list[RepairEvent]] | None:
     """Rule 6 of :func:`repair`, over a context: ``messages`` (repaired, so each call's
     results come right after its message; ``turn_starts`` where its turns start) with every
     call whose id an earlier call of them uses given a new one (``call_0_2``, see
-    :func:`_fresh_id`), and its results with it, and a ``(RENAMED, turn)`` event for each;
+    :func:`_fresh_id`), and its results with it, and a :class:`RepairEvent` for each;
     ``None`` when no id is used twice. Counts do not change: ids are not counted.
 
     It applies to the context, not to the tail it was picked from: whether an id is used
@@ -313,14 +368,14 @@ def rename_reused_ids(
     used: set[str] = set()  # the ids of the calls out so far
     renamed: dict[str, str] = {}  # of the call message the results now read follow
     out: list[Message] = []
-    events: list[tuple[int, int]] = []
+    events: list[RepairEvent] = []
     for i, m in enumerate(messages):
         if m.tool_calls:
             renamed = {}
-            for call in m.tool_calls:
+            for j, call in enumerate(m.tool_calls):
                 if call.id in used:
                     renamed[call.id] = _fresh_id(call.id, used, every_id)
-                    events.append((RENAMED, turn_of[i]))
+                    events.append(RepairEvent(RENAMED, turn_of[i], turn_of[i], i, call=j))
                 used.add(renamed.get(call.id, call.id))
             if renamed:
                 calls = tuple(

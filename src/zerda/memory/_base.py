@@ -34,10 +34,9 @@ from zerda.memory._flow import (
     adrive,
     drive,
 )
-from zerda.memory._record import Locate, drop_summary_past, forget_summary
+from zerda.memory._record import Locate, changed_turn, drop_summary_past, forget_summary
 from zerda.memory._stats import MemoryStats
 from zerda.messages import (
-    PINNED,
     Message,
     Role,
     Turn,
@@ -46,7 +45,7 @@ from zerda.messages import (
     stamped_batch,
 )
 from zerda.parts import Part
-from zerda.policies import REPAIRS, rename_reused_ids, repair
+from zerda.policies import RepairEvent, count_repairs, rename_reused_ids, repair
 from zerda.stores._base import (
     AsyncOverThread,
     AsyncStore,
@@ -114,8 +113,9 @@ class _View:
     summary_at: float | None = None
     hint: int | None = None
     summary_state: Any = None
-    # What repair did to the tail, as (kind, turn) pairs: see zerda.policies.repair.
-    repairs: Sequence[tuple[int, int]] = ()
+    # What repair did to the tail: see zerda.policies.repair (the events' turns count from
+    # the tail's first; their message indexes are the tail's before repair).
+    repairs: Sequence[RepairEvent] = ()
     # What the memory keeps of this view to advance it on the next read instead of fitting
     # the tail again (token memories over a store with tail_since); None: nothing.
     window: Any = None
@@ -161,12 +161,7 @@ class _View:
 
     def repair_counts(self) -> dict[str, int]:
         """What repair did to the turns in the context, by kind."""
-        first = bisect.bisect_left(self.tail.turn_starts, self.start)
-        counts = dict.fromkeys(REPAIRS, 0)
-        for kind, turn in self.repairs:
-            if turn >= first:
-                counts[REPAIRS[kind]] += 1
-        return counts
+        return count_repairs(self.repairs, bisect.bisect_left(self.tail.turn_starts, self.start))
 
     def repairs_made(self) -> dict[str, int]:
         """:meth:`repair_counts` without the kinds that did not happen."""
@@ -350,7 +345,17 @@ class BaseMemory(ABC, Generic[StatsT]):
     def _extra_stats(self, view: _View) -> dict[str, Any]:
         return {}
 
-    def _repaired(self, tail: Tail) -> tuple[Tail, list[tuple[int, int]]]:
+    def _accounting(self, view: _View) -> dict[str, int]:
+        """Where each stored turn of ``view`` is (the accounting invariant): in the context,
+        or evicted, the oldest (and a greeting the repair rules drop). Summary memories add
+        the turns in the summary and those pending their fold."""
+        in_context = view.turns_shown if view.error is None else 0
+        return {
+            "turns_in_context": in_context,
+            "turns_evicted": view.tail.total_turns - in_context,
+        }
+
+    def _repaired(self, tail: Tail) -> tuple[Tail, list[RepairEvent]]:
         """``tail`` as every provider takes it (:func:`zerda.policies.repair`), and what was
         repaired; the store is never changed.
 
@@ -444,7 +449,7 @@ class BaseMemory(ABC, Generic[StatsT]):
         self._window = view.window
         if view.repairs:
             self._log_repairs(view)
-        _observe.log_context(self._type_name, self.session_id, view)
+        _observe.log_context(self._type_name, self.session_id, view, self._accounting)
         return view
 
     def _log_repairs(self, view: _View) -> None:
@@ -498,8 +503,13 @@ class BaseMemory(ABC, Generic[StatsT]):
         self._valid_mark = None
         if not popped:
             return None
-        left: Tail = yield ReadTail(self.session_id, 0, None)
-        yield from self._forget_flow(left.total_turns, rebuild)  # the popped turn came after
+        calls = {c.id for m in popped for c in m.tool_calls}
+        if all(m.role is not Role.TOOL or m.tool_call_id in calls for m in popped):
+            left: Tail = yield ReadTail(self.session_id, 0, None)
+            yield from self._forget_flow(left.total_turns, rebuild)  # the popped turn came after
+        else:  # results of an older turn's calls went too: that turn changed
+            ids = {m.id for m in popped if m.id is not None}
+            yield from self._forget_flow(lambda left: changed_turn([*left, *popped], ids), rebuild)
         return Turn(tuple(popped))
 
     def _delete_flow(self, ids: Collection[str], rebuild: bool) -> Flow[int]:
@@ -512,7 +522,7 @@ class BaseMemory(ABC, Generic[StatsT]):
             for m in history
             if m.role is Role.TOOL and m.tool_call_id in calls and m.id is not None
         )
-        first = _first_turn_of(history, wanted)
+        first = changed_turn(history, wanted)
         deleted: int = yield DeleteMessages(self.session_id, sorted(wanted))
         self._valid_mark = None
         if deleted and first is not None:
@@ -524,7 +534,7 @@ class BaseMemory(ABC, Generic[StatsT]):
     ) -> Flow[Message]:
         message: Message = yield EditMessage(self.session_id, message_id, content)
         # An edit moves nothing: where it was is read afterwards, and only if a summary is kept.
-        yield from self._forget_flow(lambda history: _first_turn_of(history, {message_id}), rebuild)
+        yield from self._forget_flow(lambda history: changed_turn(history, {message_id}), rebuild)
         return message
 
     def _fork_flow(self, new_session_id: str, at: str | None) -> Flow[None]:
@@ -566,6 +576,14 @@ class BaseMemory(ABC, Generic[StatsT]):
             return await adrive(flow, self._async)
         with _observe.span(self._type_name, self.session_id, flow):
             return await adrive(flow, self._async)
+
+    def _read(self, tools: Tools | None = None, *, lenient: bool = False) -> _View:
+        """The view every read shows (summary memories fold what it leaves out first;
+        ``lenient``: a read for stats, which never raises a summarizer's failure)."""
+        return self._run(self._read_flow(tools=tools))
+
+    async def _aread(self, tools: Tools | None = None, *, lenient: bool = False) -> _View:
+        return await self._arun(self._read_flow(tools=tools))
 
     # -- shared, I/O-free steps -----------------------------------------------------------
 
@@ -660,6 +678,7 @@ class BaseMemory(ABC, Generic[StatsT]):
             "stored_turns": tail.total_turns,
             "stored_messages": tail.total_messages,
         }
+        stats.update(self._accounting(view))
         stats.update(self._extra_stats(view))
         return cast(StatsT, stats)
 
@@ -688,12 +707,12 @@ class BaseMemory(ABC, Generic[StatsT]):
         memory's own ``tools=`` (token memories count them in the budget; the others keep
         no budget and ignore them).
         """
-        return self._run(self._read_flow(tools=tools)).context()
+        return self._read(tools).context()
 
     def get_context_with_stats(self, *, tools: Tools | None = None) -> tuple[list[Message], StatsT]:
         """:meth:`get_context` and :meth:`get_memory_stats` from one read of the store: the
         stats describe exactly that context, and it costs half the I/O of the two calls."""
-        view = self._run(self._read_flow(tools=tools))
+        view = self._read(tools, lenient=True)
         return view.context(), self._stats(view)
 
     def get_history(self) -> list[Message]:
@@ -711,7 +730,7 @@ class BaseMemory(ABC, Generic[StatsT]):
 
         ``inputs`` is accepted for compatibility and ignored.
         """
-        return {self.memory_key: self._format(self._run(self._read_flow()))}
+        return {self.memory_key: self._format(self._read())}
 
     def get_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The last ``limit`` turns the memory keeps, as a new list of turn dicts.
@@ -719,11 +738,11 @@ class BaseMemory(ABC, Generic[StatsT]):
         ``None`` gives every kept turn, ``0`` none; a negative limit raises ``ValueError``.
         """
         self._check_limit(limit)
-        return self._last_dicts(self._run(self._read_flow()), limit)
+        return self._last_dicts(self._read(), limit)
 
     def get_memory_stats(self, *, tools: Tools | None = None) -> StatsT:
         """Counts over what the memory keeps; ``stored_*`` count the whole stored session."""
-        return self._stats(self._run(self._read_flow(tools=tools)))
+        return self._stats(self._read(tools, lenient=True))
 
     def clear(self) -> None:
         """Forget the session: every message and its metadata, system messages included."""
@@ -778,12 +797,12 @@ class BaseMemory(ABC, Generic[StatsT]):
         await self._arun(self._write_flow(batch))
 
     async def aget_context(self, *, tools: Tools | None = None) -> list[Message]:
-        return (await self._arun(self._read_flow(tools=tools))).context()
+        return (await self._aread(tools)).context()
 
     async def aget_context_with_stats(
         self, *, tools: Tools | None = None
     ) -> tuple[list[Message], StatsT]:
-        view = await self._arun(self._read_flow(tools=tools))
+        view = await self._aread(tools, lenient=True)
         return view.context(), self._stats(view)
 
     async def aget_history(self) -> list[Message]:
@@ -795,14 +814,14 @@ class BaseMemory(ABC, Generic[StatsT]):
     async def aload_memory_variables(
         self, inputs: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        return {self.memory_key: self._format(await self._arun(self._read_flow()))}
+        return {self.memory_key: self._format(await self._aread())}
 
     async def aget_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         self._check_limit(limit)
-        return self._last_dicts(await self._arun(self._read_flow()), limit)
+        return self._last_dicts(await self._aread(), limit)
 
     async def aget_memory_stats(self, *, tools: Tools | None = None) -> StatsT:
-        return self._stats(await self._arun(self._read_flow(tools=tools)))
+        return self._stats(await self._aread(tools, lenient=True))
 
     async def aclear(self) -> None:
         await self._arun(self._clear_flow())
@@ -839,21 +858,8 @@ def _rename_reused(view: _View) -> None:
         return
     messages, events = renamed
     view.tail = dataclasses.replace(tail, messages=[*tail.messages[:start], *messages])
-    view.repairs = [*view.repairs, *((kind, turn + first) for kind, turn in events)]
-
-
-def _first_turn_of(history: Sequence[Message], ids: Collection[str]) -> int | None:
-    """The number of the first turn (counted from the session's first) holding a message of
-    ``ids`` (``None`` when none is in a turn: system messages belong to none)."""
-    turn = -1
-    for m in history:
-        if m.role in PINNED:
-            continue
-        if m.role is Role.USER or turn < 0:
-            turn += 1
-        if m.id in ids:
-            return turn
-    return None
+    shifted = (e._replace(turn=e.turn + first, stored_turn=e.stored_turn + first) for e in events)
+    view.repairs = [*view.repairs, *shifted]
 
 
 def _non_system_total(tail: Tail) -> int:

@@ -22,7 +22,7 @@ adds ``gen_ai.memory.search.result.count`` (messages in the context) and
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +98,9 @@ def tracing() -> bool:
     return _tracer() is not None
 
 
-def log_context(kind: str, session_id: str, view: _View) -> None:
+def log_context(
+    kind: str, session_id: str, view: _View, accounting: Callable[[_View], dict[str, int]]
+) -> None:
     """The DEBUG record of a context built, and the current span's read attributes."""
     debug = log.isEnabledFor(logging.DEBUG)
     current = None
@@ -108,14 +110,15 @@ def log_context(kind: str, session_id: str, view: _View) -> None:
             current = None
     if not debug and current is None:
         return
-    shown = view.turns_shown if view.error is None else 0
+    turns = accounting(view)
+    shown = turns["turns_in_context"]
     fields: dict[str, Any] = {
         "session": session_id,
         "memory": kind,
         "context_tokens": view.context_tokens if view.error is None else 0,
         "tokens_by_part": view.tokens_by_part(),
         "turns_kept": shown,
-        "turns_evicted": view.tail.total_turns - shown,
+        **turns,
         "repairs": view.repairs_made(),
         "overflow": view.error is not None,
     }

@@ -8,18 +8,25 @@ of a message that was deleted or edited would keep the removed text.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from zerda.memory._flow import CompareAndSet, Flow, History, ReadTail
-from zerda.messages import Message
+from zerda.messages import PINNED, Message, Role
 from zerda.stores._base import Tail
 
 Locate = Callable[[Sequence[Message]], "int | None"]
 """Where, in a session's history, the first turn an edit changed is (``None``: in none)."""
 
-__all__ = ["SUMMARY_KEY", "Stored", "drop_summary_past", "dropped", "forget_summary"]
+__all__ = [
+    "SUMMARY_KEY",
+    "Stored",
+    "changed_turn",
+    "drop_summary_past",
+    "dropped",
+    "forget_summary",
+]
 
 SUMMARY_KEY = "zerda.summary"
 """The session metadata key holding ``{"text", "turns", "updated_at"}``: the summary and how
@@ -90,13 +97,68 @@ def forget_summary(
             return first if covered else None
 
 
+def changed_turn(history: Sequence[Message], ids: Collection[str]) -> int | None:
+    """The first turn (counted from the session's first) that removing or editing the
+    messages ``ids`` of ``history`` changes, as a summary sees turns: the repair rules put a
+    tool result in its call's turn, wherever it was stored, and a removed user message leaves
+    what followed it in its turn to the turn before. ``None``: no message of ``ids`` is in a
+    turn (pinned messages belong to none)."""
+    turn = -1
+    first: int | None = None
+    call_turn: dict[str, int] = {}
+    opened: set[int] = set()  # turns whose user message is one of ids
+    kept: set[int] = set()  # turns with a message not in ids
+    for m in history:
+        if m.role in PINNED:
+            continue
+        if m.role is Role.USER or turn < 0:
+            turn += 1
+        at = call_turn.get(m.tool_call_id or "", turn) if m.role is Role.TOOL else turn
+        for call in m.tool_calls:
+            call_turn[call.id] = turn
+        if m.id in ids:
+            first = at if first is None else min(first, at)
+            if m.role is Role.USER and turn > 0:
+                opened.add(turn)
+        else:
+            kept.add(turn)
+    for t in opened & kept:
+        first = t - 1 if first is None else min(first, t - 1)
+    return first
+
+
 def drop_summary_past(session_id: str) -> Flow[None]:
-    """Drop the summary of a session forked at a message if it reaches its last turn, which
-    the fork may have cut short (a conservative test: the summary is made again)."""
+    """Drop the summary of a session forked at a message if it reaches a turn the fork may
+    have cut short: its last, or one with a call whose results were left behind (the
+    repair rules fold a result into its call's turn). A conservative test: the summary is
+    made again."""
     while True:
         tail: Tail = yield ReadTail(session_id, 0, None)
         stored = Stored.of(tail.metadata)
-        if stored.raw is None or stored.turns < tail.total_turns:
+        if stored.raw is None or not stored.text:
+            return
+        cut = tail.total_turns - 1
+        if stored.turns <= cut:
+            history: list[Message] = yield History(session_id)
+            cut = min(cut, _unanswered_turn(history, cut))
+        if stored.turns <= cut:
             return
         if (yield CompareAndSet(session_id, SUMMARY_KEY, stored.raw, dropped())):
             return
+
+
+def _unanswered_turn(history: Sequence[Message], default: int) -> int:
+    """The first turn of ``history`` with a tool call that has no result in it (``default``
+    when there is none)."""
+    turn = -1
+    waiting: dict[str, int] = {}
+    for m in history:
+        if m.role in PINNED:
+            continue
+        if m.role is Role.USER or turn < 0:
+            turn += 1
+        if m.role is Role.TOOL:
+            waiting.pop(m.tool_call_id or "", None)
+        for call in m.tool_calls:
+            waiting[call.id] = turn
+    return min(waiting.values(), default=default)

@@ -38,6 +38,10 @@ class MemoryStats(TypedDict):
     estimated_tokens: int
     stored_turns: int
     stored_messages: int
+    # Where each stored turn is: turns_in_context + turns_evicted (+ turns_summarized +
+    # turns_pending, summary memories) == stored_turns.
+    turns_in_context: int
+    turns_evicted: int
 
 
 class WindowMemoryStats(MemoryStats):
@@ -63,8 +67,6 @@ class TokenMemoryStats(MemoryStats):
     reserve_tokens: int
     context_tokens: int
     tokens_by_part: TokensByPart
-    turns_in_context: int
-    turns_evicted: int
     budget_used: float
     truncated: bool
     truncated_tokens: int

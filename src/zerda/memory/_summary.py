@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -145,7 +146,17 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         message = Message(Role.SYSTEM, self.summary_prefix + stored.text)
         return [message], self.token_counter.count_message(message)
 
-    # -- writing: fold what the context no longer holds -----------------------------------
+    # -- reading and writing: fold what the context leaves out ------------------------------
+
+    def _read_flow(
+        self, tail: Tail | None = None, tools: Tools | None = None, *, raising: bool = True
+    ) -> Flow[_View]:
+        """The view of the session, once every turn it leaves out is in the summary: a write
+        folds them, but so must a read after whatever else leaves turns out (an edit that
+        dropped the summary, another writer's append, a smaller budget), so that each stored
+        turn is in the context or in its summary (pending only while the summarizer fails)."""
+        view: _View = yield from self._fold_flow(tail, tools, raising=raising)
+        return view
 
     def _write_flow(self, batch: list[Message]) -> Flow[None]:
         tail = yield from self._append_flow(batch)
@@ -158,20 +169,26 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         )
         return reply[1]
 
-    def _fold_flow(self, tail: Tail | None) -> Flow[None]:
+    def _read(self, tools: Tools | None = None, *, lenient: bool = False) -> _View:
+        return self._run(self._read_flow(tools=tools, raising=not lenient))
+
+    def _fold_flow(
+        self, tail: Tail | None, tools: Tools | None = None, *, raising: bool = True
+    ) -> Flow[_View]:
         """Fold whatever turns the context of ``tail`` (read first when ``None``) no longer
-        holds, until a fresh read shows nothing left to fold.
+        holds, until a fresh read shows nothing left to fold; that read's view.
 
         Each fold summarizes exactly the turns from the stored watermark to the context, read
         in the same snapshot as the summary, and stores the result only if the summary is
-        still the one it started from (compare-and-set). Win or lose, it reads again.
+        still the one it started from (compare-and-set). Win or lose, it reads again. When
+        the summarizer fails, the view leaves the turns it could not fold out (pending).
         """
         while True:
-            view = yield from self._read_flow(tail)
+            view = yield from super()._read_flow(tail, tools)
             stored: Stored = view.summary_state
             pending = self._pending(view, stored)
             if not pending:
-                return
+                return view
             source = view.tail
             if _first_turn(source) > stored.turns:  # the read did not reach the watermark
                 source = yield ReadTail(
@@ -187,8 +204,8 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
                     self.summarizer, stored.text, _turns_from(source, stored.turns, pending)
                 )
             except SummarizerError as exc:
-                self._failed(exc)
-                return
+                self._failed(exc, pending, raising)
+                return view
             record = self._record(stored, pending, result)
             won = yield CompareAndSet(self.session_id, SUMMARY_KEY, stored.raw, record)
             if won:
@@ -216,6 +233,12 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
 
     def _record(self, stored: Stored, pending: int, result: SummaryResult) -> dict[str, Any]:
         self.last_result = result
+        if self.last_error is not None:
+            log.warning(
+                "summarizer works again: session=%r memory=%s; folding the pending turns",
+                self.session_id,
+                self._type_name,
+            )
         self.last_error = None
         return {
             "text": result.text,
@@ -225,18 +248,24 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
             "completion_tokens": result.completion_tokens,
         }
 
-    def _failed(self, exc: SummarizerError) -> None:
+    def _failed(self, exc: SummarizerError, pending: int, raising: bool) -> None:
+        """Count and log a failed fold (a WARNING when the summarizer stops answering, then
+        DEBUG until it answers again); with ``strict``, raise it (but for stats)."""
         self.failures += 1
+        first = self.last_error is None
         self.last_error = str(exc)
-        log.warning(
-            "summarizer failed: session=%r memory=%s failures=%d: %s; the turns stay stored and "
-            "are folded on a later write",
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            # The error's text may quote the conversation: only its type is logged.
+            "summarizer failed: session=%r memory=%s failures=%d: %s; %d turns wait out of the "
+            "context, stored, and are folded at the next read or write once it works",
             self.session_id,
             self._type_name,
             self.failures,
             type(exc).__name__,
+            pending,
         )
-        if self.strict:
+        if self.strict and raising:
             raise exc
 
     # -- edits: a summary made of edited turns is forgotten ----------------------------------
@@ -261,7 +290,8 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         return clone
 
     def flush(self) -> None:
-        """Fold now whatever turns the context no longer holds (writes do this already)."""
+        """Fold now whatever turns the context no longer holds (reads and writes do this
+        already)."""
         self._run(self._fold_flow(None))
 
     async def _awrite(self, batch: list[Message]) -> None:
@@ -277,6 +307,11 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         task = asyncio.get_running_loop().create_task(self._afold(None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _aread(self, tools: Tools | None = None, *, lenient: bool = False) -> _View:
+        # A read may fold: one fold at a time per memory, after the background ones.
+        async with self._fold_lock():
+            return await self._arun(self._read_flow(tools=tools, raising=not lenient))
 
     async def aflush(self) -> None:
         """Wait for the folds running in the background, then fold what is still pending."""
@@ -315,16 +350,28 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         context, stats = await super().aget_context_with_stats(tools=tools)
         return context, cast(SummaryMemoryStats, stats)
 
+    def _accounting(self, view: _View) -> dict[str, int]:
+        """Where each stored turn is: the oldest in the summary, then those waiting for their
+        fold (while the summarizer fails), then those in the context; none evicted, but the
+        newest turn of a context over the budget."""
+        stored: Stored = view.summary_state or Stored()
+        total = view.tail.total_turns
+        summarized = min(stored.turns, total)
+        pending = min(self._pending(view, stored), total - summarized)
+        in_context = view.turns_shown if view.error is None else 0
+        return {
+            "turns_in_context": in_context,
+            "turns_summarized": summarized,
+            "turns_pending": pending,
+            "turns_evicted": total - in_context - summarized - pending,
+        }
+
     def _extra_stats(self, view: _View) -> dict[str, Any]:
         stats = super()._extra_stats(view)
         result = self.last_result
         stats.update(
             {
                 "summary_tokens": view.summary_tokens,
-                "turns_summarized": view.summary_turns,
-                "turns_pending": max(
-                    0, view.tail.total_turns - view.turns_in_context - view.summary_turns
-                ),
                 "last_summarized_at": view.summary_at,
                 "summary_prompt_tokens": None if result is None else result.prompt_tokens,
                 "summary_completion_tokens": None if result is None else result.completion_tokens,

@@ -13,6 +13,7 @@ from zerda.memory._stats import TokenMemoryStats
 from zerda.messages import Message
 from zerda.policies import (
     Overflow,
+    RepairEvent,
     call_ids,
     extends_valid,
     fit_budget,
@@ -155,7 +156,11 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
         skipped = first_turn - (tail.total_turns - len(tail.turn_starts))
         if skipped > 0:  # the tail reaches back past first_turn: those turns are summarized
             tail = _from_turn(tail, skipped)
-            repairs = [(kind, turn - skipped) for kind, turn in repairs if turn >= skipped]
+            repairs = [
+                e._replace(turn=e.turn - skipped, stored_turn=e.stored_turn - skipped)
+                for e in repairs
+                if e.stored_turn >= skipped
+            ]
         budget = self.budget
         priming = self._priming
         system_counts = self._counts(tail.system, tail.system_tokens)
@@ -355,7 +360,7 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
         error: ContextOverflowError,
         summary: Sequence[Message],
         parts: _PartTokens,
-        repairs: Sequence[tuple[int, int]],
+        repairs: Sequence[RepairEvent],
     ) -> _View:
         """The view of a tail whose context does not fit: reading it raises ``error``."""
         return _View(
@@ -386,14 +391,11 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
         return message_counts(self.token_counter, messages, stored)
 
     def _extra_stats(self, view: _View) -> dict[str, Any]:
-        in_context = view.turns_shown if view.error is None else 0
         return {
             "token_limit": self.max_token_limit,
             "reserve_tokens": self.reserve_tokens,
             "context_tokens": view.context_tokens if view.error is None else 0,
             "tokens_by_part": view.tokens_by_part(),
-            "turns_in_context": in_context,
-            "turns_evicted": view.tail.total_turns - in_context,
             "budget_used": (view.context_tokens / self.budget) if view.error is None else 0.0,
             "truncated": view.truncated,
             "truncated_tokens": view.truncated_tokens,
