@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import re
 import time
 from collections import Counter
@@ -60,7 +61,7 @@ KINDS = ["buffer", "window", "token", "summary_buffer", "summary"]
 SUMMARY_KINDS = ("summary_buffer", "summary")
 # (budget, k) pairs a step may switch to: the token budget of the token and summary-buffer
 # memories, the window's k.
-SIZES = [(120, 2), (260, 3), (800, 6)]
+SIZES = [(70, 1), (160, 2), (600, 5)]
 
 _words = itertools.count()
 _sessions = itertools.count()
@@ -373,11 +374,53 @@ class AccountingMachine(RuleBasedStateMachine):
                 assert "n" not in order
             if self.kind == "window":
                 assert order.count("c") == min(SIZES[self.size][1], len(checked))
+        self.inspection_agrees(reader, context, stats, fates, greeting)
         if self.kind in ("buffer", "window", "token"):
             # No state left behind by edits: the context of the log as it is now, at once.
             twin = make(self.kind, InMemoryStore(), "twin", self.size, self.switch)
             twin.add_messages(self.model)
             assert context == twin.get_context()
+
+    def inspection_agrees(
+        self,
+        reader: BaseMemory[Any],
+        context: list[Message],
+        stats: dict[str, Any],
+        fates: list[str],
+        greeting: int,
+    ) -> None:
+        """``inspect()`` tells the same story as the text: each turn's fate, the stats, the
+        tokens, every repair."""
+        inspection = (
+            asyncio.run(reader.ainspect(token_counter=COUNTER))
+            if self.read_async
+            else reader.inspect(token_counter=COUNTER)
+        )
+        assert list(inspection.context) == context
+        # (Each read of a failing summarizer tries again, and counts the failure.)
+        assert {**inspection.stats, "summary_failures": 0} == {**stats, "summary_failures": 0}
+        told = [t.fate for t in inspection.turns]
+        expected = [
+            {"neither": "pending" if self.kind in SUMMARY_KINDS else "evicted"}.get(f, f)
+            for f in fates
+        ]
+        assert told[greeting:] == expected[greeting:]
+        assert Counter(told) == Counter({k: n for k, n in inspection.fates().items() if n})
+        assert sum(t.sent_tokens for t in inspection.turns) == inspection.tokens.turns
+        if "context_tokens" in stats:
+            assert inspection.tokens.total == stats["context_tokens"]
+        else:
+            assert inspection.tokens.total == COUNTER.count_messages(context)
+        noted = Counter(
+            r.kind
+            for t in inspection.turns
+            for m in t.messages
+            for r in m.repairs
+            if r.kind != "truncated"
+        )
+        assert noted == Counter({k: n for k, n in stats["repairs"].items() if n})
+        sent = [a.sent for t in inspection.turns for a in t.messages if a.sent is not None]
+        assert {m.id for m in sent} == {m.id for m in context if m.role != "system"}
 
     @invariant()
     def nothing_removed_is_reachable(self) -> None:
@@ -393,6 +436,7 @@ class AccountingMachine(RuleBasedStateMachine):
                 json.dumps(context),
                 json.dumps(memory.get_memory_stats()),
                 json.dumps(self.store.get_metadata(memory.session_id)),
+                json.dumps(memory.inspect(token_counter=COUNTER).as_dict()),
                 text,
             ]
         )
@@ -451,7 +495,9 @@ def stores(backend: str, tmp_path: Path) -> Iterator[Any]:
 
 
 # Every kind on every store; the servers cost a round trip a call, so fewer examples there.
-EXAMPLES = {"memory": 30, "sqlite": 15, "redis": 8, "postgres": 6, "http": 6}
+# ZERDA_TEST_SOAK=N runs N times as many (a soak: not for make test's five minutes).
+SOAK = int(os.environ.get("ZERDA_TEST_SOAK", "1"))
+EXAMPLES = {"memory": 60, "sqlite": 15, "redis": 8, "postgres": 6, "http": 6}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -464,7 +510,7 @@ def test_every_turn_is_accounted_for(kind: str, backend: str, tmp_path: Path) ->
             {"kind": kind, "stores": staticmethod(pair)},
         )
         machine.TestCase.settings = settings(
-            max_examples=EXAMPLES[backend],
+            max_examples=EXAMPLES[backend] * SOAK,
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=list(HealthCheck),

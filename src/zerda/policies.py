@@ -459,12 +459,13 @@ MARKER = "[... {n} tokens cut ...]"
 
 
 class Shortened(NamedTuple):
-    """A turn made to fit: its messages (the long texts cut in the middle), their counts, and
-    how many tokens were cut."""
+    """A turn made to fit: its messages (the long texts cut in the middle), their counts, how
+    many tokens were cut, and how many from each message (``cuts``)."""
 
     messages: list[Message]
     tokens: list[int]
     cut: int
+    cuts: list[int]
 
 
 def shorten_turn(
@@ -496,18 +497,18 @@ def shorten_turn(
         )
     cap = _water_level(sizes, budget - fixed)
     new_texts: dict[int, dict[int, str]] = {}
-    cut = 0
+    cuts = [0] * len(messages)
     for (i, j, text), size in zip(texts, sizes, strict=True):
         if size > cap:
             short, removed = _cut_middle(text, size, cap, count_text)
             new_texts.setdefault(i, {})[j] = short
-            cut += removed
+            cuts[i] += removed
     out = list(messages)
     out_tokens = list(tokens)
     for i, changed in new_texts.items():
         out[i] = _with_texts(messages[i], changed)
         out_tokens[i] = count_message(out[i])
-    return Shortened(out, out_tokens, cut)
+    return Shortened(out, out_tokens, sum(cuts), cuts)
 
 
 def _uncuttable(messages: Sequence[Message]) -> str:

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from zerda.memory._base import BaseMemory, MessageLike, Tools
 from zerda.memory._buffer import ConversationBufferMemory, ConversationBufferWindowMemory
+from zerda.memory._inspect import (
+    Fate,
+    Inspection,
+    MessageAccount,
+    PartTokens,
+    Repair,
+    TurnAccount,
+)
 from zerda.memory._stats import (
     MemoryStats,
     RepairCounts,
@@ -22,12 +30,18 @@ __all__ = [
     "ConversationSummaryBufferMemory",
     "ConversationSummaryMemory",
     "ConversationTokenBufferMemory",
+    "Fate",
+    "Inspection",
     "MemoryStats",
+    "MessageAccount",
     "MessageLike",
+    "PartTokens",
+    "Repair",
     "RepairCounts",
     "SummaryMemoryStats",
     "TokenMemoryStats",
     "TokensByPart",
     "Tools",
+    "TurnAccount",
     "WindowMemoryStats",
 ]

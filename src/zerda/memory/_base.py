@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import copy
 import dataclasses
 import functools
@@ -34,6 +33,7 @@ from zerda.memory._flow import (
     adrive,
     drive,
 )
+from zerda.memory._inspect import Inspection, PartTokens, build
 from zerda.memory._record import Locate, changed_turn, drop_summary_past, forget_summary
 from zerda.memory._stats import MemoryStats
 from zerda.messages import (
@@ -58,6 +58,7 @@ from zerda.stores._base import (
     check_session_id,
 )
 from zerda.stores._memory import InMemoryStore
+from zerda.tokens import TokenCounter, TokenCounterLike, as_token_counter, message_counts
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -119,6 +120,8 @@ class _View:
     # What the memory keeps of this view to advance it on the next read instead of fitting
     # the tail again (token memories over a store with tail_since); None: nothing.
     window: Any = None
+    # The tokens cut from each message of a context whose newest turn was shortened.
+    cuts: Sequence[int] = ()
 
     def context(self) -> list[Message]:
         if self.error is not None:
@@ -141,10 +144,15 @@ class _View:
         )
 
     @property
+    def first_turn(self) -> int:
+        """The context's first turn, by its index in ``tail.turn_starts`` (not found by its
+        start: a turn repair emptied, a greeting, starts where the next one does)."""
+        return len(self.tail.turn_starts) - self.turns_in_context
+
+    @property
     def turns_shown(self) -> int:
         """Turns of the context with a message in it (repair may have emptied a greeting)."""
-        all_starts = self.tail.turn_starts
-        starts = all_starts[bisect.bisect_left(all_starts, self.start) :]
+        starts = self.tail.turn_starts[self.first_turn :]
         if not starts:
             return 0
         ends = [*starts[1:], len(self.tail.messages)]
@@ -161,7 +169,7 @@ class _View:
 
     def repair_counts(self) -> dict[str, int]:
         """What repair did to the turns in the context, by kind."""
-        return count_repairs(self.repairs, bisect.bisect_left(self.tail.turn_starts, self.start))
+        return count_repairs(self.repairs, self.first_turn)
 
     def repairs_made(self) -> dict[str, int]:
         """:meth:`repair_counts` without the kinds that did not happen."""
@@ -328,6 +336,21 @@ class BaseMemory(ABC, Generic[StatsT]):
         """The counter whose stored counts the tail should carry (``None``: no counts)."""
         return None
 
+    def _inspection_counter(self, given: TokenCounterLike | None) -> TokenCounter:
+        """The counter an inspection counts with: the memory's own, where it counts (the
+        token memories), else ``given`` (default: the default counter)."""
+        return as_token_counter(given)
+
+    def _budget(self) -> int | None:
+        """The tokens the context may use (``None``: no budget)."""
+        return None
+
+    def _settle_flow(self, tools: Tools | None) -> Flow[None]:
+        """What an inspection does before it reads: summary memories fold what the context
+        leaves out, as every read of theirs does (never raising a summarizer's failure)."""
+        return
+        yield
+
     def _usable_window(self) -> Any:
         """The kept window (a view's ``window``) if it may be advanced now, with this
         memory's settings and session; ``None``: fit the tail."""
@@ -492,7 +515,7 @@ class BaseMemory(ABC, Generic[StatsT]):
     def _log_dropped(self, first_turn: int) -> None:
         log.info(
             "summary dropped: session=%r memory=%s: an edit changed turn %d, which it "
-            "covered; a summary memory folds the turns again on its next write",
+            "covered; a summary memory folds the turns again on its next read or write",
             self.session_id,
             self._type_name,
             first_turn,
@@ -583,7 +606,73 @@ class BaseMemory(ABC, Generic[StatsT]):
         return self._run(self._read_flow(tools=tools))
 
     async def _aread(self, tools: Tools | None = None, *, lenient: bool = False) -> _View:
-        return await self._arun(self._read_flow(tools=tools))
+        return await self._areading(self._read_flow(tools=tools))
+
+    async def _areading(self, flow: Flow[T]) -> T:
+        """Drive a read from async code (summary memories: one fold at a time)."""
+        return await self._arun(flow)
+
+    # -- inspection: one account of the context (zerda.memory._inspect) ---------------------
+
+    def _inspect_flow(
+        self, tools: Tools | None, turns: int | None, counter: TokenCounter
+    ) -> Flow[Inspection]:
+        """Settle, then read the newest ``turns`` turns (all with ``None``; at least what
+        the context needs) with their counts, and account for the view fitted from them."""
+        yield from self._settle_flow(tools)
+        hint = self._turns_to_read()
+        want = None if turns is None or hint is None else max(turns, hint)
+        while True:
+            raw: Tail = yield ReadTail(self.session_id, want, counter.name)
+            view = self._fit(raw, tools)
+            if view is not None:
+                return self._inspection(raw, view, counter)
+            want = _more(len(raw.turn_starts))
+
+    def _inspection(self, raw: Tail, view: _View, counter: TokenCounter) -> Inspection:
+        context = None if view.error is not None else view.context()
+        tail = view.tail
+        if self._budget() is not None:  # a token memory counted every part as it fitted
+            tokens = PartTokens(
+                view.system_tokens,
+                view.summary_tokens,
+                view.tools_tokens,
+                view.turn_tokens,
+                view.overhead_tokens,
+                self._budget(),
+            )
+        else:
+            shown = tail.messages[view.start :] if context is not None else []
+            tokens = PartTokens(
+                sum(message_counts(counter, tail.system, tail.system_tokens)),
+                0,
+                0,
+                sum(
+                    message_counts(
+                        counter,
+                        shown,
+                        tail.tokens[view.start :] if tail.tokens else [None] * len(shown),
+                    )
+                ),
+                counter.count_messages([]),
+                None,
+            )
+        return build(
+            session_id=self.session_id,
+            memory=self._type_name,
+            counter=counter,
+            raw=raw,
+            tail=tail,
+            start=view.start,
+            turns_in_context=view.turns_in_context,
+            summary=view.summary,
+            context=context,
+            cuts=view.cuts,
+            accounting=self._accounting(view),
+            tokens=tokens,
+            stats=self._stats(view),
+            error=None if view.error is None else str(view.error),
+        )
 
     # -- shared, I/O-free steps -----------------------------------------------------------
 
@@ -639,11 +728,11 @@ class BaseMemory(ABC, Generic[StatsT]):
         return "\n".join(lines)
 
     @staticmethod
-    def _check_limit(limit: int | None) -> None:
+    def _check_limit(limit: int | None, what: str = "limit") -> None:
         if limit is None:
             return
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ConfigurationError(f"limit must be None or an integer >= 0, got {limit!r}")
+            raise ConfigurationError(f"{what} must be None or an integer >= 0, got {limit!r}")
 
     @staticmethod
     def _last_dicts(view: _View, limit: int | None) -> list[dict[str, Any]]:
@@ -714,6 +803,27 @@ class BaseMemory(ABC, Generic[StatsT]):
         stats describe exactly that context, and it costs half the I/O of the two calls."""
         view = self._read(tools, lenient=True)
         return view.context(), self._stats(view)
+
+    def inspect(
+        self,
+        *,
+        tools: Tools | None = None,
+        turns: int | None = None,
+        token_counter: TokenCounterLike | None = None,
+    ) -> Inspection:
+        """One account of the context :meth:`get_context` gives now (``tools`` as there),
+        from one read: its messages; for each of the newest ``turns`` stored turns (default:
+        all) its fate (``"context"``, ``"summary"``, ``"pending"``, ``"evicted"``) and
+        tokens; for each message what the context sends of it and each repair; the tokens
+        by part; the stats. It never raises for a context over the budget (``error`` says
+        why) nor for a failing summarizer (the turns show as pending).
+
+        ``token_counter`` counts for the memories that count nothing themselves (the buffer
+        and the window; default: the default counter); a token memory counts with its own.
+        See docs/inspect.md."""
+        self._check_limit(turns, "turns")
+        counter = self._inspection_counter(token_counter)
+        return self._run(self._inspect_flow(tools, turns, counter))
 
     def get_history(self) -> list[Message]:
         """Every stored message, in order, system messages included."""
@@ -805,6 +915,17 @@ class BaseMemory(ABC, Generic[StatsT]):
         view = await self._aread(tools, lenient=True)
         return view.context(), self._stats(view)
 
+    async def ainspect(
+        self,
+        *,
+        tools: Tools | None = None,
+        turns: int | None = None,
+        token_counter: TokenCounterLike | None = None,
+    ) -> Inspection:
+        self._check_limit(turns, "turns")
+        counter = self._inspection_counter(token_counter)
+        return await self._areading(self._inspect_flow(tools, turns, counter))
+
     async def aget_history(self) -> list[Message]:
         return await self._arun(self._history_flow())
 
@@ -851,8 +972,8 @@ def _rename_reused(view: _View) -> None:
     """Rename the call ids the context of ``view`` uses twice, in its tail, and add the
     events (see :meth:`BaseMemory._checked`)."""
     tail, start = view.tail, view.start
+    first = view.first_turn
     starts = tail.turn_starts
-    first = bisect.bisect_left(starts, start)
     renamed = rename_reused_ids(tail.messages[start:], [s - start for s in starts[first:]])
     if renamed is None:
         return

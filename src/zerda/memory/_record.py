@@ -80,12 +80,13 @@ def forget_summary(
         stored = Stored.of(tail.metadata)
         if stored.raw is None and not mark_absent:
             return None
-        if stored.text and not isinstance(first_turn, int):
+        if stored.turns and not isinstance(first_turn, int):
             history: list[Message] = yield History(session_id)
             found = first_turn(history)
             first_turn = stored.turns if found is None else found  # None: nothing covered
         first = first_turn if isinstance(first_turn, int) else stored.turns
-        covered = bool(stored.text) and stored.turns > first
+        # A summary covers its turns even when its text is empty (a greeting folded alone).
+        covered = stored.turns > first
         replacement: dict[str, Any]
         if covered or not isinstance(stored.raw, dict):
             replacement = dropped()
@@ -135,7 +136,7 @@ def drop_summary_past(session_id: str) -> Flow[None]:
     while True:
         tail: Tail = yield ReadTail(session_id, 0, None)
         stored = Stored.of(tail.metadata)
-        if stored.raw is None or not stored.text:
+        if stored.raw is None or not stored.turns:
             return
         cut = tail.total_turns - 1
         if stored.turns <= cut:

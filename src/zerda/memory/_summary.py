@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sys
 import time
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from zerda.errors import ConfigurationError, ContextOverflowError, SummarizerError
 from zerda.memory._base import _DEFAULT_SESSION, Tools, _View, legacy_positional
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = ["ConversationSummaryBufferMemory", "ConversationSummaryMemory"]
+
+T = TypeVar("T")
 
 DEFAULT_PREFIX = "Summary of the earlier conversation:\n"
 # ConversationSummaryMemory's default budget: none to speak of (the summary bounds it).
@@ -309,9 +311,15 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         task.add_done_callback(self._tasks.discard)
 
     async def _aread(self, tools: Tools | None = None, *, lenient: bool = False) -> _View:
+        return await self._areading(self._read_flow(tools=tools, raising=not lenient))
+
+    async def _areading(self, flow: Flow[T]) -> T:
         # A read may fold: one fold at a time per memory, after the background ones.
         async with self._fold_lock():
-            return await self._arun(self._read_flow(tools=tools, raising=not lenient))
+            return await self._arun(flow)
+
+    def _settle_flow(self, tools: Tools | None) -> Flow[None]:
+        yield from self._fold_flow(None, tools, raising=False)
 
     async def aflush(self) -> None:
         """Wait for the folds running in the background, then fold what is still pending."""

@@ -21,7 +21,13 @@ from zerda.policies import (
     spoken_list,
 )
 from zerda.stores._base import AsyncStore, Since, Store, Tail, TokenCounts
-from zerda.tokens import TokenCounterLike, as_token_counter, count_tools, message_counts
+from zerda.tokens import (
+    TokenCounter,
+    TokenCounterLike,
+    as_token_counter,
+    count_tools,
+    message_counts,
+)
 
 __all__ = ["ConversationTokenBufferMemory"]
 
@@ -131,6 +137,12 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
     def _counter_name(self) -> str:
         return self.token_counter.name
 
+    def _inspection_counter(self, given: TokenCounterLike | None) -> TokenCounter:
+        return self.token_counter
+
+    def _budget(self) -> int:
+        return self.budget
+
     def _count(self, batch: Sequence[Message]) -> TokenCounts:
         return {self.token_counter.name: [self.token_counter.count_message(m) for m in batch]}
 
@@ -174,6 +186,7 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
         tokens = self._counts(messages, tail.tokens)
         room = budget - fixed
         cut = 0
+        cuts: Sequence[int] = ()
         try:
             fit = fit_budget(messages, tokens, tail.turn_starts, room, self.overflow)
             if fit.truncated:  # the newest turn alone, over the budget: cut its longest texts
@@ -187,7 +200,7 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
                 )
                 tail = _with_newest(tail, fit.start, short.messages, short.tokens)
                 fit = fit._replace(tokens=sum(short.tokens))
-                cut = short.cut
+                cut, cuts = short.cut, short.cuts
         except ContextOverflowError as exc:
             error = self._overflow(str(exc), exc.needed + fixed, parts)
             return self._no_fit(tail, error, summary, parts, repairs)
@@ -207,6 +220,7 @@ class ConversationTokenBufferMemory(BaseMemory[TokenMemoryStats]):
             overhead_tokens=priming,
             hint=fit.turns + _MARGIN,
             repairs=repairs,
+            cuts=cuts,
         )
         view = self._checked(view)
         if (
