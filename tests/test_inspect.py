@@ -139,7 +139,7 @@ def test_a_cut_text_says_how_many_tokens_went() -> None:
     memory.add_messages([user("tell me everything " * 40), reply("short")])
     inspection = memory.inspect()
     consistent(memory, inspection)
-    [(where, kind, _)] = repairs_of(inspection)
+    [(_, kind, _)] = repairs_of(inspection)
     assert kind == "truncated"
     cut = inspection.turns[0].messages[0].repairs[0].tokens
     assert cut == inspection.stats["truncated_tokens"] > 0  # type: ignore[typeddict-item]
