@@ -107,6 +107,9 @@ def test_a_moved_result_and_a_removed_call_are_told_where_they_are() -> None:
     assert [c.id for c in calls.sent.tool_calls] == ["c1"]  # type: ignore[union-attr]
     assert moved.repairs[0].after == calls.message.id
     assert moved.repairs[0].describe() == "moved to follow its call c1"
+    # Sent as the call's turn: the result right after its call, the interjection after it.
+    assert [a.message.role.value for a in inspection.turns[0].sent] == ["user", "assistant", "tool"]
+    assert [a.message.text for a in inspection.turns[1].sent] == ["wait", "ok"]
     # Its tokens count in its call's turn, as the budget counts them.
     assert inspection.turns[0].sent_tokens == calls.sent_tokens + moved.sent_tokens + (
         inspection.turns[0].messages[0].sent_tokens

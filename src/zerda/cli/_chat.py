@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TextIO
 
+from zerda.cli._context import inspect_context, print_context, print_messages
 from zerda.cli._render import plural, table
 from zerda.errors import ModelError, ToolLoopError, ZerdaError
 
@@ -307,8 +308,6 @@ class _Loop:
         )
 
     def _context(self) -> None:
-        from zerda.cli._commands import _context_view, _print_view
-
         memory = self.memory
         settings = {
             "memory": "ConversationTokenBufferMemory",
@@ -316,8 +315,10 @@ class _Loop:
             "reserve_tokens": memory.reserve_tokens,
             "budget": memory.budget,
         }
-        view = _context_view(memory, memory.token_counter, settings)
-        _print_view(self.ctx, self.session, view, memory.token_counter, whole_ids=False)
+        inspection = inspect_context(memory, memory.token_counter)
+        if inspection.error is not None:
+            raise ZerdaError(inspection.error)
+        print_context(self.out, self.session, inspection, settings, whole_ids=False)
         self.out.flush()
 
     def _stats(self) -> None:
@@ -367,8 +368,6 @@ class _Loop:
         return redact(self.chat.endpoint)
 
     def _history(self) -> None:
-        from zerda.cli._commands import _print_messages
-
         history = self.memory.get_history()
         if not history:
             self._say(f"Session {self.session} holds no messages yet.")
@@ -377,12 +376,10 @@ class _Loop:
         self._say(
             f"Session {self.session}: {plural(len(history), 'message')} in {plural(turns, 'turn')}."
         )
-        _print_messages(self.ctx, history)
+        print_messages(self.out, history)
         self.out.flush()
 
     def _pop(self) -> None:
-        from zerda.cli._commands import _print_messages
-
         turn = self.memory.pop_turn()
         if turn is None:
             self._say(f"Nothing to pop: session {self.session} holds no turn.")
@@ -391,7 +388,7 @@ class _Loop:
             f"Popped the newest turn of session {self.session}: "
             f"{plural(len(turn.messages), 'message')} removed."
         )
-        _print_messages(self.ctx, turn.messages)
+        print_messages(self.out, turn.messages)
         self.out.flush()
 
     def _fork(self, name: str) -> None:

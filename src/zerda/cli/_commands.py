@@ -11,17 +11,28 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from zerda import formats
 from zerda.cli import _replay
 from zerda.cli._chat import cmd_chat
+from zerda.cli._context import (
+    Row,
+    TurnRows,
+    context_json,
+    context_turns,
+    inspect_context,
+    print_context,
+    print_messages,
+    print_rows,
+    shown_id,
+    system_rows,
+)
 from zerda.cli._jsonl import MAX_PROBLEMS, Parsed, parse_jsonl
 from zerda.cli._render import (
     SHORT_ID,
-    brief,
     clip,
     local_time,
     plural,
@@ -31,12 +42,13 @@ from zerda.cli._render import (
     terminal_width,
 )
 from zerda.cli._serve import cmd_keys, cmd_mcp, cmd_serve
-from zerda.errors import ContextOverflowError, InvalidSessionIdError, ZerdaError
+from zerda.errors import InvalidSessionIdError, ZerdaError
 from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
     ConversationBufferWindowMemory,
     ConversationTokenBufferMemory,
+    Inspection,
 )
 from zerda.memory._record import SUMMARY_KEY
 from zerda.messages import Message, Role, group_turns, stamp_batch
@@ -161,80 +173,34 @@ def cmd_sessions(args: argparse.Namespace, ctx: Context) -> int:
 
 
 @dataclass(slots=True)
-class _Row:
-    message: Message
-    tokens: int
-
-    def as_json(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "message": self.message.to_dict()}
-
-
-@dataclass(slots=True)
-class _TurnRows:
-    number: int
-    rows: list[_Row]
-    partial: bool = False  # the newest turn, its longest texts cut to fit a token budget
-
-    @property
-    def tokens(self) -> int:
-        return sum(r.tokens for r in self.rows)
-
-    @property
-    def started_at(self) -> float | None:
-        return self.rows[0].message.created_at
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "turn": self.number,
-            "started_at": self.started_at,
-            "tokens": self.tokens,
-            "partial": self.partial,
-            "messages": [r.as_json() for r in self.rows],
-        }
-
-
-@dataclass(slots=True)
-class _View:
-    """A session, or the part of it in the context, as rows with token counts."""
+class _Session:
+    """A whole session as rows with token counts."""
 
     total_messages: int
     total_turns: int
-    system: list[_Row]
-    turns: list[_TurnRows]
-    context: dict[str, Any] | None = None
-    context_messages: list[Message] = field(default_factory=list)
+    system: list[Row]
+    turns: list[TurnRows]
 
 
-def _rows(counter: TokenCounter, tail: Tail, start: int = 0) -> tuple[list[_Row], list[_TurnRows]]:
-    """Rows for the tail's system messages and for its messages from ``start`` on."""
+def _whole_session(store: Store, session_id: str, counter: TokenCounter) -> _Session:
+    tail = store.tail(session_id, None, counter.name)
     system_counts = message_counts(counter, tail.system, tail.system_tokens)
-    system = [_Row(m, n) for m, n in zip(tail.system, system_counts, strict=True)]
+    system = [Row(m, n) for m, n in zip(tail.system, system_counts, strict=True)]
     counts = message_counts(counter, tail.messages, tail.tokens)
     first_number = tail.total_turns - len(tail.turn_starts) + 1
     bounds = [*tail.turn_starts, len(tail.messages)]
-    turns = []
-    for i, (begin, end) in enumerate(itertools.pairwise(bounds)):
-        if end <= start:
-            continue
-        lo = max(begin, start)
-        if end > lo:  # a turn repair emptied (a greeting) shows nothing
-            rows = [_Row(tail.messages[j], counts[j]) for j in range(lo, end)]
-            turns.append(_TurnRows(first_number + i, rows))
-    return system, turns
+    turns = [
+        TurnRows(first_number + i, [Row(tail.messages[j], counts[j]) for j in range(begin, end)])
+        for i, (begin, end) in enumerate(itertools.pairwise(bounds))
+    ]
+    return _Session(tail.total_messages, tail.total_turns, system, turns)
 
 
-def _whole_session(store: Store, session_id: str, counter: TokenCounter) -> _View:
-    tail = store.tail(session_id, None, counter.name)
-    system, turns = _rows(counter, tail)
-    return _View(tail.total_messages, tail.total_turns, system, turns)
-
-
-def _context(store: Store, args: argparse.Namespace, counter: TokenCounter) -> _View:
-    """What the memory the options describe sends to the model, with its token counts.
-
-    The rows come from the memory's own view of the session (one read): the context as
-    repaired and, when the newest turn alone is over the budget, shortened.
-    """
+def _context(
+    store: Store, args: argparse.Namespace, counter: TokenCounter
+) -> tuple[Inspection, dict[str, Any]]:
+    """What the memory the options describe sends to the model: its inspection, and what
+    the header and footer say of the memory."""
     memory: BaseMemory[Any]
     settings: dict[str, Any]
     if args.k is not None:
@@ -254,152 +220,40 @@ def _context(store: Store, args: argparse.Namespace, counter: TokenCounter) -> _
             "reserve_tokens": args.reserve,
             "budget": memory.budget,
         }
-    return _context_view(memory, counter, settings)
+    return inspect_context(memory, counter), settings
 
 
-def _context_view(
-    memory: BaseMemory[Any], counter: TokenCounter, settings: dict[str, Any]
-) -> _View:
-    """The context ``memory`` sends now, as rows counted by ``counter`` (the memory's), with
-    ``settings`` (what the header and footer say of the memory) and what it holds added."""
-    view = memory._run(memory._read_flow())
-    context = view.context()  # raises the view's error: a context over the budget
-    tail = view.tail
-    system, turns = _rows(counter, tail, view.start)
-    if view.truncated:
-        turns[-1].partial = True
-    in_context = len(turns)
-    repairs = view.repairs_made()
-    system_tokens = sum(r.tokens for r in system)
-    turn_tokens = sum(t.tokens for t in turns)
-    priming = counter.count_messages([])
-    settings.update(
-        {
-            "turns_in_context": in_context,
-            "turns_evicted": tail.total_turns - in_context,
-            "truncated": view.truncated,
-            "truncated_tokens": view.truncated_tokens,
-            "repairs": repairs,
-            "tokens": system_tokens + turn_tokens + priming,
-            "tokens_by_part": {
-                "system": system_tokens,
-                "turns": turn_tokens,
-                "reply_priming": priming,
-            },
-        }
-    )
-    return _View(tail.total_messages, tail.total_turns, system, turns, settings, context)
-
-
-def _shown_id(message: Message, whole: bool) -> str:
-    return (message.id or "-") if whole else short_id(message.id)
-
-
-def _print_rows(
-    ctx: Context, rows: Sequence[_Row], token_width: int, width: int, id_width: int, whole: bool
-) -> None:
-    # Cut long texts to the terminal, but always leave some of the text to read.
-    width = max(width, 2 + id_width + 2 + 9 + 2 + token_width + 2 + 20)
-    for r in rows:
-        shown = _shown_id(r.message, whole)
-        line = (
-            f"  {shown:<{id_width}}  {r.message.role.value:<9}  {r.tokens:>{token_width}}  "
-            f"{brief(r.message)}"
-        )
-        print(clip(line, width), file=ctx.out)
-
-
-def _print_messages(ctx: Context, messages: Sequence[Message]) -> None:
-    """Messages as ``zerda show`` prints them (short ids), without token counts."""
-    id_width = max((len(short_id(m.id)) for m in messages), default=1)
-    width = max(terminal_width(), 2 + id_width + 2 + 9 + 2 + 20)
-    for m in messages:
-        line = f"  {short_id(m.id):<{id_width}}  {m.role.value:<9}  {brief(m)}"
-        print(clip(line, width), file=ctx.out)
-
-
-def _print_view(
-    ctx: Context, session_id: str, view: _View, counter: TokenCounter, whole_ids: bool
+def _print_session(
+    ctx: Context, session_id: str, view: _Session, counter: TokenCounter, whole_ids: bool
 ) -> None:
     out = ctx.out
-    settings = view.context
-    counted = f"tokens by {counter.name}"
-    if settings is None:
-        print(
-            f"Session {session_id}: {plural(view.total_messages, 'message')} in "
-            f"{plural(view.total_turns, 'turn')} ({counted})",
-            file=out,
-        )
-    else:
-        limit = f"--k {settings['k']}" if "k" in settings else _budget_text(settings)
-        print(f"Session {session_id}: what the model sees with {limit} ({counted})", file=out)
+    print(
+        f"Session {session_id}: {plural(view.total_messages, 'message')} in "
+        f"{plural(view.total_turns, 'turn')} (tokens by {counter.name})",
+        file=out,
+    )
     all_rows = [*view.system, *(r for t in view.turns for r in t.rows)]
     token_width = max((len(str(r.tokens)) for r in all_rows), default=1)
-    id_width = max((len(_shown_id(r.message, whole_ids)) for r in all_rows), default=1)
+    id_width = max((len(shown_id(r.message, whole_ids)) for r in all_rows), default=1)
     width = terminal_width()
     if view.system:
         print(file=out)
         tokens = sum(r.tokens for r in view.system)
         roles = sorted({r.message.role.value for r in view.system}, reverse=True)
         which = " and ".join(roles).capitalize()  # System, Developer, System and developer
-        print(f"{which} messages (pinned, sent first): {tokens} tokens", file=out)
-        _print_rows(ctx, view.system, token_width, width, id_width, whole_ids)
+        print(f"{which} messages (pinned, sent first): {plural(tokens, 'token')}", file=out)
+        print_rows(out, view.system, token_width, width, id_width, whole_ids)
     for turn in view.turns:
         print(file=out)
         when = f", {local_time(turn.started_at)}" if turn.started_at is not None else ""
-        cut = ", its longest texts cut to fit" if turn.partial else ""
         print(
             f"Turn {turn.number} of {view.total_turns}{when}: "
-            f"{plural(len(turn.rows), 'message')}, {plural(turn.tokens, 'token')}{cut}",
+            f"{plural(len(turn.rows), 'message')}, {plural(turn.tokens, 'token')}",
             file=out,
         )
-        _print_rows(ctx, turn.rows, token_width, width, id_width, whole_ids)
+        print_rows(out, turn.rows, token_width, width, id_width, whole_ids)
     if not view.system and not view.turns:
         print("\nNo messages.", file=out)
-    if settings is not None:
-        _print_footer(ctx, settings)
-
-
-def _budget_text(settings: dict[str, Any]) -> str:
-    text = f"--token-limit {settings['max_token_limit']}"
-    if settings["reserve_tokens"]:
-        text += f" --reserve {settings['reserve_tokens']}"
-    return text
-
-
-def _print_footer(ctx: Context, settings: dict[str, Any]) -> None:
-    parts = settings["tokens_by_part"]
-    total = settings["tokens"]
-    in_context = settings["turns_in_context"]
-    cut = (
-        f" (the newest, {settings['truncated_tokens']:,} tokens cut from its longest texts: "
-        "alone it is over the budget)"
-        if settings["truncated"]
-        else ""
-    )
-    print(file=ctx.out)
-    print(
-        f"In context: {in_context} of {plural(in_context + settings['turns_evicted'], 'turn')}"
-        f"{cut}, {settings['turns_evicted']} evicted",
-        file=ctx.out,
-    )
-    of = str(total)
-    if "budget" in settings:
-        of += f" / {settings['budget']} ({100 * total / settings['budget']:.0f}%)"
-    print(
-        f"Context tokens: {of} = system {parts['system']} + turns {parts['turns']} + "
-        f"reply priming {parts['reply_priming']}",
-        file=ctx.out,
-    )
-    if settings.get("reserve_tokens"):
-        print(
-            f"Budget: {settings['budget']} = --token-limit {settings['max_token_limit']} - "
-            f"--reserve {settings['reserve_tokens']}",
-            file=ctx.out,
-        )
-    if settings["repairs"]:
-        done = ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in settings["repairs"].items())
-        print(f"Repaired for the model (the log is unchanged): {done}", file=ctx.out)
 
 
 _FORMATS: dict[str, Callable[[list[Message]], object]] = {
@@ -414,41 +268,56 @@ def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
     with _reading(ctx) as opened:
         store = _require(opened, ctx, args.session)
         counter = counter_by_name(args.counter)
-        view: _View | None = None
+        inspection: Inspection | None = None
+        session: _Session | None = None
         if args.context:
-            try:
-                view = _context(store, args, counter)
-            except ContextOverflowError as exc:
-                raise ZerdaError(f"{exc}; try a larger --token-limit") from exc
-            messages = view.context_messages
+            inspection, settings = _context(store, args, counter)
+            if inspection.error is not None:
+                raise ZerdaError(f"{inspection.error}; try a larger --token-limit")
+            messages = list(inspection.context)
         elif args.format is not None:  # every turn, repaired: one read, no token rows
             messages = ConversationBufferMemory(store=store, session_id=args.session).get_context()
         else:
-            view = _whole_session(store, args.session, counter)
+            session = _whole_session(store, args.session, counter)
     if args.format is not None:
         print(
             json.dumps(_FORMATS[args.format](messages), indent=2, ensure_ascii=False),
             file=ctx.out,
         )
         return 0
-    assert view is not None  # no --format: a view was read
-    if not ctx.json:
-        _print_view(ctx, args.session, view, counter, args.ids)
+    if inspection is not None:
+        if not ctx.json:
+            print_context(ctx.out, args.session, inspection, settings, whole_ids=args.ids)
+            return 0
+        stored = inspection.stats
+        _emit_json(
+            ctx,
+            {
+                "session_id": args.session,
+                "counter": counter.name,
+                "total_messages": stored["stored_messages"],
+                "total_turns": stored["stored_turns"],
+                "system": [r.as_json() for r in system_rows(inspection)],
+                "turns": [t.as_json() for t in context_turns(inspection)],
+                "context": context_json(inspection, settings),
+            },
+        )
         return 0
-    result: dict[str, Any] = {
-        "session_id": args.session,
-        "counter": counter.name,
-        "total_messages": view.total_messages,
-        "total_turns": view.total_turns,
-        "system": [r.as_json() for r in view.system],
-        "turns": [t.as_json() for t in view.turns],
-    }
-    if view.context is not None:
-        result["context"] = {
-            **view.context,
-            "messages": [m.to_openai() for m in view.context_messages],
-        }
-    _emit_json(ctx, result)
+    assert session is not None  # no --context, no --format: the whole session was read
+    if not ctx.json:
+        _print_session(ctx, args.session, session, counter, args.ids)
+        return 0
+    _emit_json(
+        ctx,
+        {
+            "session_id": args.session,
+            "counter": counter.name,
+            "total_messages": session.total_messages,
+            "total_turns": session.total_turns,
+            "system": [r.as_json() for r in session.system],
+            "turns": [t.as_json() for t in session.turns],
+        },
+    )
     return 0
 
 
@@ -982,7 +851,7 @@ def _rm_messages(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     went = f" ({plural(results, 'tool result')} of a deleted call went with it)" if results else ""
     print(f"Deleted {plural(deleted, 'message')} from session {session}{went}:", file=ctx.out)
-    _print_messages(ctx, gone)
+    print_messages(ctx.out, gone)
     _left(ctx, session, after, dropped)
     return 0
 
@@ -1022,7 +891,7 @@ def cmd_pop(args: argparse.Namespace, ctx: Context) -> int:
         f"Popped turn {number} from session {session}: {plural(len(turn.messages), 'message')}.",
         file=ctx.out,
     )
-    _print_messages(ctx, turn.messages)
+    print_messages(ctx.out, turn.messages)
     _left(ctx, session, after, dropped)
     return 0
 
@@ -1057,7 +926,7 @@ def cmd_edit(args: argparse.Namespace, ctx: Context) -> int:
         )
         return 0
     print(f"Edited message {short_id(message_id)} of session {session}:", file=ctx.out)
-    _print_messages(ctx, [message])
+    print_messages(ctx.out, [message])
     if dropped:
         print(
             "The session's summary covered it: it is dropped, and a summary memory folds the "

@@ -120,13 +120,15 @@ class MessageAccount:
 @dataclass(frozen=True, slots=True)
 class TurnAccount:
     """A stored turn: its number (1 for the session's first), its fate, its messages as
-    stored, their tokens, and what the turn costs in the context (``sent_tokens``: its
-    messages as sent, a moved result counted in its call's turn, as the budget counts it)."""
+    stored and their tokens; ``sent``: the messages the context sends as this turn, in the
+    order it sends them (a result stored after an interjection comes right after its call,
+    in its call's turn), and ``sent_tokens`` what they cost, as the budget counts them."""
 
     number: int
     fate: Fate
     messages: tuple[MessageAccount, ...]
     tokens: int
+    sent: tuple[MessageAccount, ...]
     sent_tokens: int
 
     @property
@@ -141,6 +143,9 @@ class TurnAccount:
             "sent_tokens": self.sent_tokens,
             "started_at": self.started_at,
             "messages": [m.as_dict() for m in self.messages],
+            # The ids of the messages sent as this turn, in order (a moved result after its
+            # call): each is in "messages" of the turn that stored it.
+            "sent": [m.message.id for m in self.sent],
         }
 
 
@@ -253,7 +258,7 @@ def build(
     first_number = raw.total_turns - len(raw.turn_starts)  # of the raw tail's first turn
 
     sent: dict[int, tuple[Message, int, int]] = {}  # raw index -> (as sent, tokens, cut)
-    turn_cost: dict[int, int] = {}  # session turn number -> its tokens in the context
+    turn_sent: dict[int, list[int]] = {}  # session turn number -> what it sends, in order
     if context is not None:
         counts = message_counts(counter, tail.messages, tail.tokens)
         view_first = raw.total_turns - len(tail.turn_starts)
@@ -261,7 +266,7 @@ def build(
             j = sources[offset + p]
             sent[j] = (tail.messages[p], counts[p], cuts[k] if k < len(cuts) else 0)
             turn = view_first + bisect.bisect_right(tail.turn_starts, p) - 1
-            turn_cost[turn] = turn_cost.get(turn, 0) + counts[p]
+            turn_sent.setdefault(turn, []).append(j)
     # The session's turns the context range spans (a repair note matters only there).
     first_in_context = raw.total_turns - (turns_in_context if context is not None else 0)
 
@@ -327,13 +332,15 @@ def build(
             fate = "context"
         else:
             fate = "evicted"
+        sends = tuple(account(j) for j in turn_sent.get(number, ()))
         turn_accounts.append(
             TurnAccount(
                 number + 1,
                 fate,
                 accounts,
                 sum(a.tokens for a in accounts),
-                turn_cost.get(number, 0),
+                sends,
+                sum(a.sent_tokens for a in sends),
             )
         )
     system_counts = message_counts(counter, raw.system, raw.system_tokens)
