@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from zerda import ApproxCounter, ConfigurationError, Message
+from zerda import ApproxCounter, ConfigurationError, ContextOverflowError, Message
 from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
@@ -206,8 +206,10 @@ def test_a_context_over_the_budget_is_an_error_not_an_exception() -> None:
     memory = ConversationTokenBufferMemory(40, token_counter=COUNTER, overflow="raise")
     memory.add_messages([user("much too long " * 20), reply("ok")])
     inspection = memory.inspect()
-    assert inspection.error is not None
-    assert "over the budget" in inspection.error
+    assert isinstance(inspection.error, ContextOverflowError)
+    assert "over the budget" in str(inspection.error)
+    with pytest.raises(ContextOverflowError):
+        memory.get_context()  # what get_context() raises
     assert inspection.context == ()
     assert [t.fate for t in inspection.turns] == ["evicted"]
 
@@ -237,7 +239,7 @@ def test_an_inspection_is_frozen() -> None:
     memory.add_messages([user("hi"), reply("hello")])
     inspection = memory.inspect(token_counter=COUNTER)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        inspection.error = "x"  # type: ignore[misc]
+        inspection.error = None  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         inspection.turns[0].fate = "evicted"  # type: ignore[misc]
     assert isinstance(inspection.turns, tuple)

@@ -34,6 +34,7 @@ from zerda.tokens import counter_by_name
 TOOLS = {
     "append_messages",
     "get_context",
+    "inspect_context",
     "get_history",
     "list_sessions",
     "delete_session",
@@ -206,6 +207,24 @@ def test_get_context_is_the_library_memorys_repaired_budgeted_context(live: Live
         ]
 
     run(body)
+
+
+def test_inspect_context_is_the_library_memorys_inspection(live: Live) -> None:
+    async def body() -> None:
+        async with connect(live.url, key_for(live, "acme")) as client:
+            await call(client, "append_messages", session_id="s2", messages=ORDER)
+            return await call(
+                client, "inspect_context", session_id="s2", token_limit=LIMIT, counter="approx"
+            )
+
+    answer = anyio.run(body)
+    inspection = library_memory(live.store, "acme:s2").inspect(turns=50)
+    assert answer == {**inspection.as_dict(), "session_id": "s2"}  # the tenant's own id
+    assert [t["fate"] for t in answer["turns"]] == ["evicted", "context", "context"]
+    # The result stored after the interjection is sent after its call, in the turn before.
+    [moved] = [r for m in answer["turns"][2]["messages"] for r in m["repairs"]]
+    call_message = inspection.turns[1].messages[1].message
+    assert moved == {"kind": "moved_results", "call_id": "call_1", "after": call_message.id}
 
 
 def test_formats_in_and_out(live: Live) -> None:

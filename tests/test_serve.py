@@ -155,6 +155,38 @@ def test_append_then_read_the_log_and_the_context(serve: Callable[..., Live]) ->
         assert r.json()["stats"] == memory.get_memory_stats()
 
 
+def test_inspect_is_the_library_memorys_inspection(serve: Callable[..., Live]) -> None:
+    live = serve()
+    interjected = [
+        TOOL_TURN[0],
+        TOOL_TURN[1],
+        {"role": "user", "content": "and 6 x 8?"},  # before the result: repair moves it back
+        TOOL_TURN[2],
+        TOOL_TURN[3],
+    ]
+    with live.client(key_for(live, "acme")) as http:
+        http.post("/v1/sessions/s1/messages", json={"messages": TOOL_TURN})
+        http.post("/v1/sessions/s1/messages", json={"messages": interjected})
+        params = {"token_limit": 45, "counter": "approx", "turns": 2}
+        r = http.get("/v1/sessions/s1/inspect", params=params)
+        assert r.status_code == 200, r.text
+        memory = ConversationTokenBufferMemory(
+            45, token_counter=counter_by_name("approx"), store=live.store, session_id="acme:s1"
+        )
+        expected = memory.inspect(turns=2)
+        assert r.json() == {**expected.as_dict(), "session_id": "s1"}
+        assert [t["number"] for t in r.json()["turns"]] == [2, 3]
+        assert r.json()["fates"] == {"context": 2, "summary": 0, "pending": 0, "evicted": 1}
+        # The same stats as the context's, from the same memory.
+        context = http.get(
+            "/v1/sessions/s1/context", params={"token_limit": 45, "counter": "approx"}
+        )
+        assert context.json()["stats"] == r.json()["stats"]
+        error_of(http.get("/v1/sessions/nope/inspect"), 404, "NotFound")
+        error_of(http.get("/v1/sessions/s1/inspect", params={"turns": -1}), 422)
+        error_of(http.get("/v1/sessions/s1/inspect", params={"format": "openai"}), 422)
+
+
 def test_appends_are_idempotent_by_message_id(serve: Callable[..., Live]) -> None:
     live = serve()
     with live.client(key_for(live, "acme")) as http:
@@ -601,6 +633,7 @@ def test_the_description_names_every_route(serve: Callable[..., Live]) -> None:
         "/v1/sessions",
         "/v1/sessions/{session_id}/messages",
         "/v1/sessions/{session_id}/context",
+        "/v1/sessions/{session_id}/inspect",
         "/v1/sessions/{session_id}/metadata",
         "/v1/sessions/{session_id}",
         "/v1/sessions/{session_id}/tail",

@@ -390,7 +390,8 @@ def test_the_highlighted_context_is_the_librarys(
         page = http.get(f"/ui/sessions/s?{query}").text
     assert in_context_ids(page) == {m.id for m in context}
     if "context_tokens" in stats:
-        assert f"{stats['context_tokens']:,} of {stats['token_limit']:,}" in page
+        budget = stats["token_limit"] - stats["reserve_tokens"]
+        assert f"{stats['context_tokens']:,} of {budget:,}" in page  # as zerda show says it
     evicted = len(Elements(page).having("section", "turn", "evicted"))
     kept = len(Elements(page).having("section", "turn", "context"))
     assert kept == len(group_turns([m for m in context if m.role != "system"]))
@@ -418,9 +419,75 @@ def test_repairs_and_shortening_are_shown(serve: Callable[..., Live]) -> None:
     assert "dropped orphan results: 1" in repaired
     assert "dropped unanswered calls: 1" in repaired
     assert "no result stored" in repaired
-    assert "shortened in the context" in pasted
-    assert re.search(r"[0-9,]+ tokens cut", pasted)
+    assert re.search(r"[0-9,]+ tokens cut from its text", pasted)
+    assert re.search(r"[0-9,]+ tokens cut</dd>", pasted)
     assert "partly in" not in pasted  # a shortened message is still in the context
+
+
+def test_the_page_tells_what_zerda_show_and_the_stats_tell(serve: Callable[..., Live]) -> None:
+    """The counts and the tokens are those of one inspection, as ``zerda show`` prints them
+    and ``get_memory_stats()`` gives them: no message counted twice, no turn 3 tokens over,
+    the turns' sent tokens adding up to the budget bar's; a moved result under its call, a
+    removed call marked (issue #28)."""
+    store = InMemoryStore()
+    interjected = [
+        Message("system", "You take coffee orders."),
+        Message.from_openai(TOOL_TURN[0]),
+        Message.from_openai(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "mul", "arguments": "{}"},
+                    },
+                    {
+                        "id": "c9",
+                        "type": "function",
+                        "function": {"name": "div", "arguments": "{}"},
+                    },
+                ],
+            }
+        ),
+        Message("user", "and 6 x 8?"),  # before the result: the context moves it back
+        Message("tool", "42", tool_call_id="c1"),
+        Message("assistant", "It is 42."),
+    ]
+    stored_session(store, "s", [*coffee_turns(3), *interjected])
+    stored_session(store, "one", [Message("user", "hello")])
+    live = serve(store, auth=False)
+    with browser(live) as http:
+        page = http.get("/ui/sessions/s?memory=token&token_limit=200&counter=approx").text
+        lone = http.get("/ui/sessions/one").text
+    memory = ConversationTokenBufferMemory(
+        200, token_counter=ApproxCounter(), store=store, session_id="s"
+    )
+    stats = memory.get_memory_stats()
+    inspection = memory.inspect()
+    history = memory.get_history()
+    assert f"{len(history)} messages in {stats['stored_turns']} turns" in page
+    assert "1 message in 1 turn" in lone
+    headers = re.findall(r"<h2>Turn (\d+) <small>([\d,]+) tokens(?:, ([\d,]+) sent)?", page)
+    shown = {int(n): (int(t.replace(",", "")), s) for n, t, s in headers}
+    for turn in inspection.turns:
+        assert shown[turn.number][0] == sum(
+            ApproxCounter().count_message(a.message) for a in turn.messages
+        ), "a turn's tokens: its messages' as stored, as zerda show counts them"
+    sent = sum(int(s.replace(",", "")) for _, s in shown.values() if s)
+    assert sent == stats["tokens_by_part"]["turns"]
+    assert f"turns {sent:,}</li>" in page  # the budget bar's turns part
+    assert f"<dt>turns in the context</dt><dd>{stats['turns_in_context']}</dd>" in page
+    assert f"<dt>turns evicted</dt><dd>{stats['turns_evicted']}</dd>" in page
+    # The result stored after "and 6 x 8?" shows under its call, which is answered...
+    call_block = page.split("<code>mul</code>", 1)[1].split('<div class="call', 1)[0]
+    assert '<div class="result in"' in call_block
+    assert "no result stored" not in call_block
+    assert "is shown under its call, in <a href=\"#turn-" in page
+    # ...and the call that never got one is marked as not sent.
+    assert '<div class="call removed">' in page
+    assert "call c9 not sent: it has no result" in page
 
 
 def test_turns_and_sessions_come_a_page_at_a_time(serve: Callable[..., Live]) -> None:

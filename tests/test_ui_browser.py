@@ -46,6 +46,7 @@ DATA = ROOT.parent / "shared" / "data" / "taskmaster4-coffee.jsonl.gz"
 SHOTS = ROOT / "docs" / "inspector"
 LONG = "taskmaster-long"
 HOSTILE = "hostile"
+REPAIRED = "repaired"
 SCRIPT = "<script>alert(1)</script>"
 ATTRIBUTE = '"><img src=x onerror=alert(2)>'
 LIMIT = 1500
@@ -266,7 +267,32 @@ def fill(path: Path) -> Store:
         )
         store.append(HOSTILE, hostile)
         expected[HOSTILE] = (len(hostile), len(scan_turns(hostile)))
+
+        repaired = stamped(repaired_order(source[0]), REPAIRED, T0 + 10_800)
+        store.append(REPAIRED, repaired)
+        expected[REPAIRED] = (len(repaired), len(scan_turns(repaired)))
     return Store(path, expected, context)
+
+
+def repaired_order(dialog: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A dialog as a hurried log leaves it: the user speaks again before the first tool
+    result is stored, a second result for the same call comes in, and a call that never
+    got an answer, beside a call of its own in one message."""
+    first = next(i for i, m in enumerate(dialog) if m.get("tool_calls"))
+    call, result = dialog[first], dialog[first + 1]
+    ghost = {
+        "id": "call_never_answered",
+        "type": "function",
+        "function": {"name": "check_loyalty_card", "arguments": "{}"},
+    }
+    return [
+        *dialog[:first],
+        {**call, "tool_calls": [*call["tool_calls"], ghost]},
+        {"role": "user", "content": "Oh, and make it decaf, please."},
+        result,
+        {**result, "content": result["content"]},  # stored twice
+        *dialog[first + 2 :],
+    ]
 
 
 # -- Chromium -------------------------------------------------------------------------------------
@@ -339,20 +365,26 @@ def test_the_inspector_as_chromium_renders_it(tmp_path: Path) -> None:
         live = Live(store, auth=False, counter="approx")
         try:
             long_url = f"{live.url}/ui/sessions/{LONG}?memory=token&token_limit={LIMIT}"
+            repaired_url = f"{live.url}/ui/sessions/{REPAIRED}?memory=token&token_limit={LIMIT}"
             doms = browse(
                 browser,
                 {
                     "sessions": f"{live.url}/ui",
                     "long": long_url,
                     "hostile": f"{live.url}/ui/sessions/{HOSTILE}",
+                    "repaired": repaired_url,
                 },
-                {"sessions": (f"{live.url}/ui", 720), "session": (long_url, 1800)},
+                {
+                    "sessions": (f"{live.url}/ui", 720),
+                    "session": (long_url, 1800),
+                    "repaired": (repaired_url, 1600),
+                },
                 tmp_path,
             )
         finally:
             live.close()
     SHOTS.mkdir(parents=True, exist_ok=True)
-    for name in ("sessions", "session"):
+    for name in ("sessions", "session", "repaired"):
         shot = tmp_path / f"{name}.png"
         assert png_size(shot)[0] == WIDTH
         if not DATA.exists():
@@ -364,6 +396,40 @@ def test_the_inspector_as_chromium_renders_it(tmp_path: Path) -> None:
     check_sessions_page(parse(doms["sessions"]), data)
     check_long_session(parse(doms["long"]), data)
     check_hostile_session(doms["hostile"])
+    check_repaired_session(parse(doms["repaired"]), data.path)
+
+
+def check_repaired_session(dom: Node, path: Path) -> None:
+    """The repairs as the library's inspection tells them, drawn where they happen: the
+    result stored after the interjection inside its call's message, the duplicate not sent,
+    the unanswered call marked."""
+    with SQLiteStore(path) as store:
+        memory = ConversationTokenBufferMemory(
+            LIMIT, token_counter=ApproxCounter(), store=store, session_id=REPAIRED
+        )
+        context = memory.get_context()
+        stats = memory.get_memory_stats()
+    repairs = {k: n for k, n in stats["repairs"].items() if n}
+    assert repairs == {
+        "moved_results": 1,
+        "dropped_duplicate_results": 1,
+        "dropped_unanswered_calls": 1,
+    }
+    stated = facts(dom)
+    assert stated["repairs"] == ", ".join(f"{k.replace('_', ' ')}: {n}" for k, n in repairs.items())
+    moved = next(m for m in context if m.tool_call_id)  # the first result the context sends
+    (result,) = [n for n in dom.iter() if n.attrs.get("id") == f"m-{moved.id}"]
+    assert "in" in result.classes
+    call = result.inside("article", "message")
+    assert call is not None, "the moved result is drawn inside its call's message"
+    assert "in" in call.classes
+    (removed,) = dom.select("div", "call", "removed")
+    assert "check_loyalty_card" in removed.text()
+    assert "not sent: it has no result" in removed.text()
+    duplicates = [
+        n for n in dom.select("div", "result", "out") if "already has a result" in n.text()
+    ]
+    assert len(duplicates) == 1
 
 
 def check_sessions_page(dom: Node, data: Store) -> None:
@@ -409,11 +475,11 @@ def check_long_session(dom: Node, data: Store) -> None:
 
     kept, stored = len(scan_turns(context)), data.expected[LONG][1]
     stated = facts(dom)
-    assert stated["turns kept"] == f"{kept:,}"
+    assert stated["turns in the context"] == f"{kept:,}"
     assert stated["turns evicted"] == f"{stored - kept:,}"
     # Page 1 holds the newest 50 turns: those kept, then the evicted ones before them.
     assert len(evicted) == min(stored, 50) - kept
-    assert stated["tokens"].endswith(f"of {LIMIT:,} (0 reserved)")
+    assert stated["tokens"].endswith(f"of {LIMIT:,}")  # no reserve: the budget is the limit
     assert stated["repairs"] == "none"
     assert dom.select("figure", "budget")[0].select("svg")
     (chart,) = dom.select("figure", "turns")

@@ -317,7 +317,7 @@ class _Loop:
         }
         inspection = inspect_context(memory, memory.token_counter)
         if inspection.error is not None:
-            raise ZerdaError(inspection.error)
+            raise inspection.error
         print_context(self.out, self.session, inspection, settings, whole_ids=False)
         self.out.flush()
 

@@ -273,7 +273,9 @@ def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
         if args.context:
             inspection, settings = _context(store, args, counter)
             if inspection.error is not None:
-                raise ZerdaError(f"{inspection.error}; try a larger --token-limit")
+                raise ZerdaError(
+                    f"{inspection.error}; try a larger --token-limit"
+                ) from inspection.error
             messages = list(inspection.context)
         elif args.format is not None:  # every turn, repaired: one read, no token rows
             messages = ConversationBufferMemory(store=store, session_id=args.session).get_context()

@@ -626,10 +626,12 @@ class BaseMemory(ABC, Generic[StatsT]):
             raw: Tail = yield ReadTail(self.session_id, want, counter.name)
             view = self._fit(raw, tools)
             if view is not None:
-                return self._inspection(raw, view, counter)
+                return self._inspection(raw, view, counter, turns)
             want = _more(len(raw.turn_starts))
 
-    def _inspection(self, raw: Tail, view: _View, counter: TokenCounter) -> Inspection:
+    def _inspection(
+        self, raw: Tail, view: _View, counter: TokenCounter, turns: int | None
+    ) -> Inspection:
         context = None if view.error is not None else view.context()
         tail = view.tail
         if self._budget() is not None:  # a token memory counted every part as it fitted
@@ -671,7 +673,8 @@ class BaseMemory(ABC, Generic[StatsT]):
             accounting=self._accounting(view),
             tokens=tokens,
             stats=self._stats(view),
-            error=None if view.error is None else str(view.error),
+            error=view.error,
+            keep=None if turns is None else max(turns, view.turns_in_context),
         )
 
     # -- shared, I/O-free steps -----------------------------------------------------------

@@ -12,9 +12,10 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from zerda.errors import ZerdaError
 from zerda.memory._stats import MemoryStats
 from zerda.messages import Message
 from zerda.policies import (
@@ -182,9 +183,10 @@ class Inspection:
     """One account of a context: what ``get_context()`` returns (``context``), where every
     stored turn went, what was repaired, the tokens by part and the stats, all from one
     read. ``turns`` holds the newest stored turns that were asked for (all by default),
-    oldest first; the stats count every turn of the session. ``error``: why no context fits
-    (the budget, or a strict memory's refusal to repair), when none does; ``context`` is
-    then empty and every turn evicted, pending or summarized."""
+    oldest first; the stats count every turn of the session. ``error``: what
+    ``get_context()`` raises when no context fits (:class:`~zerda.ContextOverflowError`,
+    or a strict memory's :class:`~zerda.InvalidMessageError`); ``context`` is then empty
+    and every turn evicted, pending or summarized."""
 
     session_id: str
     memory: str
@@ -195,7 +197,7 @@ class Inspection:
     turns: tuple[TurnAccount, ...]
     tokens: PartTokens
     stats: MemoryStats
-    error: str | None = None
+    error: ZerdaError | None = field(default=None, compare=False)
 
     def fates(self) -> dict[Fate, int]:
         """How many of the session's stored turns have each fate (they add up to
@@ -214,7 +216,9 @@ class Inspection:
             "session_id": self.session_id,
             "memory": self.memory,
             "counter": self.counter,
-            "error": self.error,
+            "error": None
+            if self.error is None
+            else {"type": type(self.error).__name__, "message": str(self.error)},
             "context": [m.to_dict() for m in self.context],
             "fates": self.fates(),
             "tokens": self.tokens.as_dict(),
@@ -240,13 +244,15 @@ def build(
     accounting: Mapping[str, int],
     tokens: PartTokens,
     stats: MemoryStats,
-    error: str | None,
+    error: ZerdaError | None,
+    keep: int | None = None,
 ) -> Inspection:
     """The inspection of a view: ``raw`` is the tail as read, ``tail`` the view's (repaired,
     maybe without the oldest turns that a summary covers, maybe with the newest cut) and the
     context its messages from ``start`` on (``context`` is ``None`` when none fits); ``cuts``
     the tokens cut from each context message; ``accounting`` the memory's own count of each
-    fate, which the turns' fates follow."""
+    fate, which the turns' fates follow; ``keep``: how many of the newest turns to account
+    for (``None``: every turn read)."""
     fixed = repair(raw.messages, raw.tokens, raw.turn_starts)
     events: Sequence[RepairEvent]
     sources: Sequence[int]
@@ -343,6 +349,8 @@ def build(
                 sum(a.sent_tokens for a in sends),
             )
         )
+    if keep is not None:
+        turn_accounts = turn_accounts[max(len(turn_accounts) - keep, 0) :]
     system_counts = message_counts(counter, raw.system, raw.system_tokens)
     system = tuple(
         MessageAccount(m, n, m if context is not None else None, n if context is not None else 0)

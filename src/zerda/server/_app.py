@@ -81,6 +81,8 @@ DEFAULT_MAX_BODY = 4 * 1024 * 1024
 """Bytes a request body may hold (``zerda serve --max-body``)."""
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
+# The stored turns GET .../inspect accounts for message by message when turns= is not given.
+DEFAULT_INSPECTED = 50
 
 # The converters a context is returned through, by the name ``format=`` takes.
 _TO: dict[str, Callable[[list[Message]], object]] = {
@@ -261,10 +263,9 @@ class _Service:
                 422, "InvalidParameter", f"format must be one of {', '.join(_TO)}, got {fmt!r}"
             )
         memory = self.memory_for(stored, params)
-        if isinstance(memory, ConversationSummaryBufferMemory):
-            # Appends here go straight to the store: fold what the context no longer holds
-            # now, as the memory would have on its own writes.
-            await memory.aflush()
+        # (A summary memory's read folds what the context no longer holds, appends here
+        # having gone straight to the store.) The stats are those memory.inspect() gives,
+        # from the memory's own read: the account's cheap part, on every request.
         messages, stats = await memory.aget_context_with_stats()
         if not messages and stats["stored_messages"] == 0:
             await self.require(stored, session_id)
@@ -272,6 +273,21 @@ class _Service:
         if isinstance(tokens, int):
             self.metrics.served(tokens)
         return {"messages": _TO[fmt](messages), "stats": stats}
+
+    async def inspection_of(
+        self, stored: str, session_id: str, params: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """``memory.inspect()`` of the memory ``params`` describe (as for the context), for
+        the newest ``turns`` stored turns (default 50), as JSON."""
+        turns = query_int(params, "turns", minimum=0)
+        memory = self.memory_for(stored, {k: v for k, v in params.items() if k != "turns"})
+        inspection = await memory.ainspect(
+            turns=DEFAULT_INSPECTED if turns is None else turns,
+            token_counter=self.counter_for(params),
+        )
+        if not inspection.stats["stored_messages"] and not inspection.system:
+            await self.require(stored, session_id)
+        return {**inspection.as_dict(), "session_id": session_id}  # the tenant's own id
 
     async def delete(self, stored: str, session_id: str) -> None:
         if not await self.astore.adelete_session(stored):
@@ -355,6 +371,14 @@ class _Service:
         params = request.query_params  # only those documented (_by_method checks)
         answer = await self.context_of(stored, request.path_params["session_id"], params)
         request.scope[RESULTS] = answer["stats"]["total_messages"]
+        return JSONResponse(answer)
+
+    async def inspect(self, request: Request) -> Response:
+        _, stored = await self.session(request)
+        answer = await self.inspection_of(
+            stored, request.path_params["session_id"], request.query_params
+        )
+        request.scope[RESULTS] = len(answer["turns"])
         return JSONResponse(answer)
 
     async def get_metadata(self, request: Request) -> Response:
@@ -574,6 +598,7 @@ def create_app(
         (session + "/messages", service.append, ["POST"]),
         (session + "/messages", service.history, ["GET"]),
         (session + "/context", service.context, ["GET"]),
+        (session + "/inspect", service.inspect, ["GET"]),
         (session + "/metadata", service.get_metadata, ["GET"]),
         (session + "/metadata", service.patch_metadata, ["PATCH"]),
         (session, service.delete_session, ["DELETE"]),

@@ -271,46 +271,56 @@ def _server(service: "_Service", who: Callable[["Context"], Tenant]) -> "MCPServ
                 body["system_instruction" if format == "gemini" else "system"] = system
             return _answer(await service.append_body(stored, body))
 
+    # The memory a context or an inspection is of.
+    TokenLimit = Annotated[
+        int | None,
+        Field(
+            ge=1,
+            description="The token budget of the context: the newest turns that fit it. "
+            "Implies memory 'token' unless memory is given.",
+        ),
+    ]
+    K = Annotated[
+        int | None,
+        Field(
+            ge=1,
+            description="Keep the last k turns (a turn: a user message and all that "
+            "answers it). Implies memory 'window'; not with token_limit.",
+        ),
+    ]
+    MemoryKind = Annotated[
+        Literal["buffer", "window", "token", "summary_buffer"] | None,
+        Field(
+            description="buffer: every turn; window: the last k (default 5); token: the "
+            "newest that fit token_limit (default 2000); summary_buffer: token, with a "
+            "summary of the older turns. Default: token with token_limit, window with k, "
+            "else buffer.",
+        ),
+    ]
+    Reserve = Annotated[
+        int | None,
+        Field(ge=0, description="Tokens of the budget to keep free (token, summary_buffer)"),
+    ]
+    Counter = Annotated[
+        str | None,
+        Field(
+            description="Token counter for the budget: approx, or a tiktoken encoding or "
+            "model name (default: the server's)"
+        ),
+    ]
+
+    def memory_params(**given: object) -> dict[str, str]:
+        return {name: str(value) for name, value in given.items() if value is not None}
+
     @tool(reading)
     async def get_context(
         ctx: Context,
         session_id: SessionId,
-        token_limit: Annotated[
-            int | None,
-            Field(
-                ge=1,
-                description="The token budget of the context: the newest turns that fit it. "
-                "Implies memory 'token' unless memory is given.",
-            ),
-        ] = None,
-        k: Annotated[
-            int | None,
-            Field(
-                ge=1,
-                description="Keep the last k turns (a turn: a user message and all that "
-                "answers it). Implies memory 'window'; not with token_limit.",
-            ),
-        ] = None,
-        memory: Annotated[
-            Literal["buffer", "window", "token", "summary_buffer"] | None,
-            Field(
-                description="buffer: every turn; window: the last k (default 5); token: the "
-                "newest that fit token_limit (default 2000); summary_buffer: token, with a "
-                "summary of the older turns. Default: token with token_limit, window with k, "
-                "else buffer.",
-            ),
-        ] = None,
-        reserve: Annotated[
-            int | None,
-            Field(ge=0, description="Tokens of the budget to keep free (token, summary_buffer)"),
-        ] = None,
-        counter: Annotated[
-            str | None,
-            Field(
-                description="Token counter for the budget: approx, or a tiktoken encoding or "
-                "model name (default: the server's)"
-            ),
-        ] = None,
+        token_limit: TokenLimit = None,
+        k: K = None,
+        memory: MemoryKind = None,
+        reserve: Reserve = None,
+        counter: Counter = None,
         format: Annotated[
             Literal["openai", "responses", "anthropic", "gemini", "zerda"],
             Field(
@@ -325,16 +335,49 @@ def _server(service: "_Service", who: Callable[["Context"], Tenant]) -> "MCPServ
         with the memory's stats (tokens used, turns kept and evicted)."""
         with _answering():
             stored = who(ctx).stored_id(session_id)
-            given = {
-                "memory": memory,
-                "k": k,
-                "token_limit": token_limit,
-                "reserve": reserve,
-                "counter": counter,
-                "format": format,
-            }
-            params = {name: str(value) for name, value in given.items() if value is not None}
+            params = memory_params(
+                memory=memory,
+                k=k,
+                token_limit=token_limit,
+                reserve=reserve,
+                counter=counter,
+                format=format,
+            )
             return _answer(await service.context_of(stored, session_id, params))
+
+    @tool(reading)
+    async def inspect_context(
+        ctx: Context,
+        session_id: SessionId,
+        token_limit: TokenLimit = None,
+        k: K = None,
+        memory: MemoryKind = None,
+        reserve: Reserve = None,
+        counter: Counter = None,
+        turns: Annotated[
+            int,
+            Field(
+                ge=0,
+                le=_app.MAX_PAGE,
+                description="The newest stored turns to account for message by message",
+            ),
+        ] = _app.DEFAULT_INSPECTED,
+    ) -> CallToolResult:
+        """Why the context is what it is: for the memory get_context would use, where every
+        stored turn went (context, summary, pending, evicted) and its tokens, what was
+        repaired in each message (a result moved after its call, an unanswered call
+        removed, a text cut), the tokens by part and the stats."""
+        with _answering():
+            stored = who(ctx).stored_id(session_id)
+            params = memory_params(
+                memory=memory,
+                k=k,
+                token_limit=token_limit,
+                reserve=reserve,
+                counter=counter,
+                turns=turns,
+            )
+            return _answer(await service.inspection_of(stored, session_id, params))
 
     @tool(reading)
     async def get_history(ctx: Context, session_id: SessionId) -> CallToolResult:

@@ -109,6 +109,21 @@ def _int_param(name: str, description: str, minimum: int = 1) -> dict[str, Any]:
     }
 
 
+def _memory_parameters() -> list[dict[str, Any]]:
+    """The query parameters naming the memory a context or an inspection is of."""
+    return [
+        {
+            "name": "memory",
+            "in": "query",
+            "schema": {"type": "string", "enum": ["buffer", "window", "token", "summary_buffer"]},
+        },
+        _int_param("k", "Turns a window keeps (memory=window; default 5)"),
+        _int_param("token_limit", "Token budget (token, summary_buffer)"),
+        _int_param("reserve", "Tokens of the budget kept free", minimum=0),
+        dict(_COUNTER),
+    ]
+
+
 def openapi() -> dict[str, Any]:
     """The document, built anew on each call (callers may change it)."""
     session = {
@@ -309,18 +324,7 @@ def openapi() -> dict[str, Any]:
                     "summary": "What to send to the model: exactly what the library's memory "
                     "returns, and its stats",
                     "parameters": [
-                        {
-                            "name": "memory",
-                            "in": "query",
-                            "schema": {
-                                "type": "string",
-                                "enum": ["buffer", "window", "token", "summary_buffer"],
-                            },
-                        },
-                        _int_param("k", "Turns a window keeps (memory=window; default 5)"),
-                        _int_param("token_limit", "Token budget (token, summary_buffer)"),
-                        _int_param("reserve", "Tokens of the budget kept free", minimum=0),
-                        _COUNTER,
+                        *_memory_parameters(),
                         {
                             "name": "format",
                             "in": "query",
@@ -336,6 +340,39 @@ def openapi() -> dict[str, Any]:
                                 "type": "object",
                                 "required": ["messages", "stats"],
                                 "properties": {"messages": {}, "stats": {"type": "object"}},
+                            }
+                        ),
+                        **_errors(400, 401, 404, 422, 503),
+                    },
+                },
+            },
+            "/v1/sessions/{session_id}/inspect": {
+                "parameters": [_SESSION_ID],
+                "get": {
+                    "summary": "One account of the context (memory.inspect()): its messages, "
+                    "every stored turn's fate and tokens, each repair, the tokens by part, "
+                    "the stats",
+                    "parameters": [
+                        *_memory_parameters(),
+                        _int_param(
+                            "turns",
+                            "The newest stored turns to account for message by message "
+                            "(default 50)",
+                            minimum=0,
+                        ),
+                    ],
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["context", "fates", "tokens", "turns", "stats"],
+                                "properties": {
+                                    "context": {"type": "array"},
+                                    "fates": {"type": "object"},
+                                    "tokens": {"type": "object"},
+                                    "turns": {"type": "array"},
+                                    "stats": {"type": "object"},
+                                },
                             }
                         ),
                         **_errors(400, 401, 404, 422, 503),
@@ -707,9 +744,9 @@ def openapi() -> dict[str, Any]:
             "/mcp": {
                 "post": {
                     "summary": "The MCP tools (Streamable HTTP, stateless, JSON answers; extra "
-                    "mcp): append_messages, get_context, get_history, list_sessions, "
-                    "delete_session, pop_turn, delete_message, edit_message, fork_session. A "
-                    "JSON-RPC message in, its answer out",
+                    "mcp): append_messages, get_context, inspect_context, get_history, "
+                    "list_sessions, delete_session, pop_turn, delete_message, edit_message, "
+                    "fork_session. A JSON-RPC message in, its answer out",
                     "requestBody": {
                         "required": True,
                         "content": {"application/json": {"schema": {"type": "object"}}},

@@ -24,24 +24,21 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from zerda.errors import ZerdaError
-from zerda.memory import BaseMemory, ConversationSummaryBufferMemory, ConversationTokenBufferMemory
-from zerda.messages import Message, Role
+from zerda.memory import BaseMemory, ConversationBufferMemory
 from zerda.server._http import ApiError, describe_error, query_int
 from zerda.server._keys import Tenant
 from zerda.server._ui_html import (
+    TURNS_PER_PAGE,
     MemoryForm,
-    SessionView,
-    TurnView,
     confirm_page,
     error_page,
     fork_page,
     login_page,
     page,
     session_page,
+    session_view,
     sessions_page,
 )
-from zerda.stores._base import Tail
-from zerda.tokens import REPLY_PRIMING, TokenCounter, message_counts
 
 if TYPE_CHECKING:
     from zerda.server._app import _Service
@@ -50,7 +47,6 @@ __all__ = ["COOKIE", "TURNS_PER_PAGE", "ui_routes"]
 
 COOKIE = "zerda_ui_key"
 SESSIONS_PER_PAGE = 50
-TURNS_PER_PAGE = 50
 _MAX_FORM = 16 * 1024
 _HEADERS = {
     "Content-Security-Policy": (
@@ -221,88 +217,27 @@ class _UI:
         params = request.query_params
         number = query_int(params, "page", minimum=1) or 1
         form = _memory_form(params)
-        context: list[Message] = []
-        stats: Mapping[str, Any] | None = None
         problem = None
         memory: BaseMemory[Any] | None = None
         try:
             memory = self.service.memory_for(stored, form.query())  # no I/O: settings only
         except (ApiError, ZerdaError) as exc:
             problem = describe_error(exc)[2]
-        counter = (
-            memory.token_counter
-            if isinstance(memory, ConversationTokenBufferMemory)
-            else self.service.counter
+        shown = memory or ConversationBufferMemory(store=self.service.astore, session_id=stored)
+        # One account of the page: the newest turns down to this page's oldest, with what the
+        # context made of each (the counts stored with the messages: none is counted again).
+        inspection = await shown.ainspect(
+            turns=number * TURNS_PER_PAGE, token_counter=self.service.counter
         )
-        # The counts stored with the messages come with them: the page tokenizes none of them.
-        tail = await self.service.astore.atail(stored, number * TURNS_PER_PAGE, counter.name)
-        if not tail.total_messages and not tail.system:
+        if not inspection.stats["stored_messages"] and not inspection.system:
             await self.service.require(stored, session_id)
-        if memory is not None:
-            try:
-                if isinstance(memory, ConversationSummaryBufferMemory):
-                    await memory.aflush()
-                context, stats = await memory.aget_context_with_stats()
-            except (ApiError, ZerdaError) as exc:
-                problem = describe_error(exc)[2]
-        view = self.view(session_id, tail, number, form, context, stats, problem, counter)
+        if inspection.error is not None and problem is None:
+            problem = describe_error(inspection.error)[2]
+        view = session_view(
+            session_id, inspection, number, form, problem, with_context=memory is not None
+        )
         body = session_page(view, base=self.base(request), csrf=self.csrf(request))
         return self.html(request, f"Session {session_id}", body, tenant)
-
-    def view(
-        self,
-        session_id: str,
-        tail: Tail,
-        number: int,
-        form: MemoryForm,
-        context: list[Message],
-        stats: Mapping[str, Any] | None,
-        problem: str | None,
-        counter: TokenCounter,
-    ) -> SessionView:
-        """What the page shows: the ``number``-th page of turns from the newest, each with its
-        tokens (as ``counter`` counts them: stored counts, the missing ones counted) and what
-        the context made of it."""
-        counts = message_counts(counter, tail.messages, tail.tokens)
-        in_context = {m.id: m for m in context if m.id is not None}
-        stored_ids = {m.id for m in tail.messages} | {m.id for m in tail.system}
-        shortened = frozenset(
-            m.id
-            for m in tail.messages
-            if m.id in in_context and in_context[m.id].content != m.content
-        )
-        starts = list(tail.turn_starts)
-        first = max(0, len(starts) - number * TURNS_PER_PAGE)
-        last = len(starts) - (number - 1) * TURNS_PER_PAGE
-        offset = tail.total_turns - len(starts)
-        turns = []
-        for i in range(first, max(first, last)):
-            end = starts[i + 1] if i + 1 < len(starts) else len(tail.messages)
-            messages = tail.messages[starts[i] : end]
-            kept = sum(m.id in in_context for m in messages)
-            state = "context" if kept == len(messages) else "evicted" if not kept else "partial"
-            tokens = REPLY_PRIMING + sum(counts[starts[i] : end])
-            turns.append(TurnView(offset + i + 1, messages, tokens, state))
-        summary = next(
-            (str(m.content) for m in context if m.role is Role.SYSTEM and m.id not in stored_ids),
-            None,
-        )
-        return SessionView(
-            session_id=session_id,
-            system=tail.system,
-            turns=turns,
-            context_ids=frozenset(in_context),
-            context_messages=len(context),
-            shortened_ids=shortened,
-            summary=summary,
-            stats=stats,
-            problem=problem,
-            form=form,
-            page_number=number,
-            pages=max(1, math.ceil(tail.total_turns / TURNS_PER_PAGE)),
-            total_messages=tail.total_messages + len(tail.system),
-            total_turns=tail.total_turns,
-        )
 
     # -- actions: a confirmation page, then a form POST ----------------------------------------
 

@@ -10,17 +10,20 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from zerda.messages import Message, Role, ToolCall
+from zerda.memory import Inspection, MessageAccount
+from zerda.messages import Role, ToolCall
 from zerda.parts import AudioPart, FilePart, ImagePart, ReasoningPart, TextPart
 from zerda.stores._base import SessionInfo
 
 __all__ = [
+    "TURNS_PER_PAGE",
     "MemoryForm",
     "SessionView",
     "TurnView",
@@ -30,16 +33,23 @@ __all__ = [
     "login_page",
     "page",
     "session_page",
+    "session_view",
     "sessions_page",
 ]
 
 # Shown at most this many characters of one text (the rest is counted, not shown).
 _TEXT_SHOWN = 4000
+TURNS_PER_PAGE = 50
 _MEMORY_KINDS = ("buffer", "window", "token", "summary_buffer")
 
 
 def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
+
+
+def _counted(count: int, noun: str) -> str:
+    """``1 turn``, ``1,024 turns``."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def when(seconds: float | None) -> str:
@@ -197,56 +207,133 @@ class MemoryForm:
 
 @dataclass(frozen=True)
 class TurnView:
-    """One stored turn as the page shows it: its number in the session, its messages, its
-    tokens, and what the context made of it."""
+    """One stored turn as the page shows it, from the inspection: its number, its fate, its
+    messages as stored and their tokens (as ``zerda show`` prints them), and what the
+    context sends as it (``sent``, ``sent_tokens``: what the budget's turns part counts)."""
 
     number: int
-    messages: Sequence[Message]
+    fate: str  # "context", "summary", "pending" or "evicted"
+    messages: Sequence[MessageAccount]
     tokens: int
-    state: str  # "context", "evicted" or "partial"
+    sent: Sequence[MessageAccount]
+    sent_tokens: int
 
 
 @dataclass(frozen=True)
 class SessionView:
+    """What the session page shows: one inspection, cut to a page of turns, with each tool
+    result placed under the call it answers (where the context sends it)."""
+
     session_id: str
-    system: Sequence[Message]
+    system: Sequence[MessageAccount]
     turns: Sequence[TurnView]
-    context_ids: frozenset[str]
-    context_messages: int
-    shortened_ids: frozenset[str]
     summary: str | None
-    stats: Mapping[str, Any] | None
+    inspection: Inspection
+    with_context: bool  # the memory of the form was made (else: the log only)
     problem: str | None
     form: MemoryForm
     page_number: int
     pages: int
-    total_messages: int
-    total_turns: int
+    # call message id -> the results shown under it; result id -> the turn whose call it is
+    # shown under
+    results: Mapping[str, Sequence[MessageAccount]]
+    shown_in: Mapping[str, int]
+
+    @property
+    def total_messages(self) -> int:
+        return int(self.inspection.stats["stored_messages"])
+
+    @property
+    def total_turns(self) -> int:
+        return int(self.inspection.stats["stored_turns"])
+
+
+def session_view(
+    session_id: str,
+    inspection: Inspection,
+    number: int,
+    form: MemoryForm,
+    problem: str | None,
+    *,
+    with_context: bool,
+) -> SessionView:
+    """The ``number``-th page of turns, from the newest, of ``inspection`` (which holds at
+    least that many of the newest turns)."""
+    every = inspection.turns
+    first = max(0, len(every) - number * TURNS_PER_PAGE)
+    last = len(every) - (number - 1) * TURNS_PER_PAGE
+    turns = [
+        TurnView(t.number, t.fate, t.messages, t.tokens, t.sent, t.sent_tokens)
+        for t in every[first : max(first, last)]
+    ]
+    results: dict[str, list[MessageAccount]] = {}
+    shown_in: dict[str, int] = {}
+
+    def place(result: MessageAccount, owner: MessageAccount, turn: int) -> None:
+        results.setdefault(owner.message.id or "", []).append(result)
+        shown_in[result.message.id or ""] = turn
+
+    # A result the context sends comes right after its call's message: it goes under it.
+    for turn in every:
+        owner: MessageAccount | None = None
+        for a in turn.sent:
+            if a.message.tool_calls:
+                owner = a
+            elif a.message.role is Role.TOOL and owner is not None:
+                place(a, owner, turn.number)
+    # A result it does not send goes under the latest call with its id stored before it.
+    latest: dict[str, tuple[MessageAccount, int]] = {}
+    for turn in every:
+        for a in turn.messages:
+            for c in a.message.tool_calls:
+                latest[c.id] = (a, turn.number)
+            if a.message.role is Role.TOOL and (a.message.id or "") not in shown_in:
+                found = latest.get(a.message.tool_call_id or "")
+                if found is not None:
+                    place(a, *found)
+    summary = inspection.summary.text if inspection.summary is not None else None
+    return SessionView(
+        session_id=session_id,
+        system=inspection.system,
+        turns=turns,
+        summary=summary,
+        inspection=inspection,
+        with_context=with_context,
+        problem=problem,
+        form=form,
+        page_number=number,
+        pages=max(1, math.ceil(int(inspection.stats["stored_turns"]) / TURNS_PER_PAGE)),
+        results=results,
+        shown_in=shown_in,
+    )
 
 
 def session_page(view: SessionView, *, base: str, csrf: str) -> str:
     here = f"{base}/ui/sessions/{quote(view.session_id, safe='')}"
     parts = [
         f"<h1>Session <code>{esc(view.session_id)}</code></h1>",
-        f'<p class="facts">{view.total_messages:,} messages in {view.total_turns:,} turns · '
+        f'<p class="facts">{_counted(view.total_messages, "message")} in '
+        f"{_counted(view.total_turns, 'turn')} · "
         f'<a href="{base}/ui">all sessions</a></p>',
         _actions(here),
         _memory_form(here, view.form),
     ]
     if view.problem:
         parts.append(f'<p class="error" role="alert">{esc(view.problem)}</p>')
-    if view.stats is not None:
+    if view.with_context:
         parts.append(_context_summary(view))
     parts.append(_turn_chart(view))
     nav = _pager(here, view.form.query(), view.page_number, view.pages, "turns")
     parts.append(nav)
     if view.system:
         parts.append('<section class="pinned"><h2>Pinned</h2>')
-        parts.extend(_message(m, view, here, {}) for m in view.system)
+        parts.extend(_message(a, view, here) for a in view.system)
         parts.append("</section>")
     if view.summary is not None:
+        covered = view.inspection.fates()["summary"]
         parts.append(
-            '<section class="summary"><h2>Summary in the context</h2>'
+            '<section class="summary"><h2>Summary in the context '
+            f"<small>turns 1 to {covered:,}</small></h2>"
             f"<p>{esc(view.summary)}</p></section>"
         )
     for turn in view.turns:
@@ -284,41 +371,59 @@ def _memory_form(here: str, form: MemoryForm) -> str:
     )
 
 
+_FATE_WORDS = {
+    "context": "in the context",
+    "summary": "in the summary",
+    "pending": "waiting for its fold",
+    "evicted": "evicted",
+}
+
+
 def _context_summary(view: SessionView) -> str:
-    stats = view.stats or {}
+    inspection = view.inspection
+    stats: Mapping[str, Any] = inspection.stats
+    fates = inspection.fates()
+    tokens = inspection.tokens
     facts = [
-        f"<dt>messages in the context</dt><dd>{view.context_messages:,}</dd>",
-        f"<dt>turns kept</dt><dd>{stats.get('turns_in_context', stats.get('stored_turns', 0)):,}"
-        "</dd>",
+        f"<dt>messages in the context</dt><dd>{len(inspection.context):,}</dd>",
+        f"<dt>turns in the context</dt><dd>{fates['context']:,}</dd>",
     ]
-    if "turns_evicted" in stats:
-        facts.append(f"<dt>turns evicted</dt><dd>{stats['turns_evicted']:,}</dd>")
-    if "context_tokens" in stats:
-        limit = stats.get("token_limit", 0)
+    if fates["summary"] or view.summary is not None:
+        facts.append(f"<dt>turns in the summary</dt><dd>{fates['summary']:,}</dd>")
+    if fates["pending"]:
         facts.append(
-            f"<dt>tokens</dt><dd>{stats['context_tokens']:,} of {limit:,}"
-            f" ({stats.get('reserve_tokens', 0):,} reserved)</dd>"
+            f"<dt>turns waiting for their fold</dt><dd>{fates['pending']:,} (the summarizer "
+            f"failed: {esc(stats.get('summary_error') or 'unknown')})</dd>"
         )
+    facts.append(f"<dt>turns evicted</dt><dd>{fates['evicted']:,}</dd>")
+    if tokens.budget is not None:
+        reserve = int(stats.get("reserve_tokens", 0))
+        of = f" (the limit {stats.get('token_limit', 0):,} less {reserve:,} reserved for the reply)"
+        facts.append(
+            f"<dt>tokens</dt><dd>{tokens.total:,} of {tokens.budget:,}{of if reserve else ''}</dd>"
+        )
+    else:
+        facts.append(f"<dt>tokens</dt><dd>{tokens.total:,} ({esc(inspection.counter)})</dd>")
     if stats.get("truncated"):
         facts.append(f"<dt>shortened</dt><dd>{stats.get('truncated_tokens', 0):,} tokens cut</dd>")
     repairs = {k: v for k, v in (stats.get("repairs") or {}).items() if v}
     repaired = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in repairs.items()) or "none"
     facts.append(f'<dt>repairs</dt><dd class="repairs">{esc(repaired)}</dd>')
-    bar = _budget_bar(stats)
     return (
         '<section class="context"><h2>The context</h2>'
-        f'<dl class="facts">{"".join(facts)}</dl>{bar}</section>'
+        f'<dl class="facts">{"".join(facts)}</dl>{_budget_bar(view)}</section>'
     )
 
 
 _PART_COLOURS = (("system", "#7a5af8"), ("summary", "#d97706"), ("tools", "#0891b2"))
 
 
-def _budget_bar(stats: Mapping[str, Any]) -> str:
+def _budget_bar(view: SessionView) -> str:
     """The budget as one bar: system, summary, tools and turns, then what is left."""
-    by_part = stats.get("tokens_by_part")
+    tokens = view.inspection.tokens
+    stats: Mapping[str, Any] = view.inspection.stats
     limit = stats.get("token_limit")
-    if not isinstance(by_part, Mapping) or not isinstance(limit, int) or limit <= 0:
+    if tokens.budget is None or not isinstance(limit, int) or limit <= 0:
         return ""
     width = 800
     reserve = int(stats.get("reserve_tokens", 0))
@@ -327,18 +432,19 @@ def _budget_bar(stats: Mapping[str, Any]) -> str:
     rects = []
     legend = []
     for name, colour in segments:
-        tokens = int(by_part.get(name, 0))
-        w = width * tokens / limit
+        part = int(getattr(tokens, name))
+        w = width * part / limit
         if w > 0:
             rects.append(
                 f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="24" fill="{colour}">'
-                f"<title>{name}: {tokens:,} tokens</title></rect>"
+                f"<title>{name}: {part:,} tokens</title></rect>"
             )
         legend.append(
             f'<li><svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" '
-            f'fill="{colour}"/></svg> {name} {tokens:,}</li>'
+            f'fill="{colour}"/></svg> {name} {part:,}</li>'
         )
         x += w
+    legend.append(f"<li>reply priming {tokens.reply_priming:,}</li>")
     if reserve:
         w = width * reserve / limit
         rects.append(
@@ -355,7 +461,7 @@ def _budget_bar(stats: Mapping[str, Any]) -> str:
 
 
 def _turn_chart(view: SessionView) -> str:
-    """Tokens per turn on this page, coloured by what the context made of each turn."""
+    """Tokens per turn on this page, coloured by each turn's fate."""
     turns = view.turns
     if not turns:
         return ""
@@ -368,12 +474,13 @@ def _turn_chart(view: SessionView) -> str:
     for i, turn in enumerate(turns):
         h = max(1.0, (height - 20) * turn.tokens / most)
         x = i * step
-        if turn.state != "evicted" and start is None:
+        if turn.fate == "context" and start is None:
             start, first_kept = x, turn.number
         bars.append(
-            f'<rect class="{turn.state}" x="{x + step * 0.1:.1f}" y="{height - h:.1f}" '
+            f'<rect class="{turn.fate}" x="{x + step * 0.1:.1f}" y="{height - h:.1f}" '
             f'width="{step * 0.8:.1f}" height="{h:.1f}">'
-            f"<title>turn {turn.number}: {turn.tokens:,} tokens ({turn.state})</title></rect>"
+            f"<title>turn {turn.number}: {turn.tokens:,} tokens "
+            f"({_FATE_WORDS[turn.fate]})</title></rect>"
         )
     marker = ""
     if start is not None:
@@ -382,78 +489,98 @@ def _turn_chart(view: SessionView) -> str:
             f'<a href="#turn-{first_kept}"><text x="{start + 4:.1f}" y="12" class="start">'
             "context starts ↓</text></a>"
         )
+    keys = "".join(
+        f'<span class="key {fate}">{words}</span> ' for fate, words in _FATE_WORDS.items()
+    )
     return (
         '<figure class="turns"><svg viewBox="0 0 800 120" role="img" '
         f'aria-label="tokens per turn">{"".join(bars)}{marker}</svg>'
         f"<figcaption>Tokens per turn, turns {turns[0].number} to {turns[-1].number}: "
-        '<span class="key context">in the context</span> '
-        '<span class="key partial">partly</span> '
-        '<span class="key evicted">evicted</span></figcaption></figure>'
+        f"{keys.strip()}</figcaption></figure>"
     )
 
 
 def _turn(turn: TurnView, view: SessionView, here: str) -> str:
-    results = {m.tool_call_id: m for m in turn.messages if m.role is Role.TOOL}
-    calls = {c.id for m in turn.messages for c in m.tool_calls}
-    shown = "".join(
-        _message(m, view, here, results)
-        for m in turn.messages
-        if not (m.role is Role.TOOL and m.tool_call_id in calls)
-    )
-    label = {"context": "in the context", "evicted": "evicted", "partial": "partly in"}
+    parts = []
+    for a in turn.messages:
+        m = a.message
+        shown_in = view.shown_in.get(m.id or "") if m.role is Role.TOOL else None
+        if shown_in is None:
+            parts.append(_message(a, view, here))
+        elif shown_in != turn.number:  # stored here, shown under its call in another turn
+            parts.append(
+                f'<p class="moved">↑ a result of <code>{esc(m.tool_call_id)}</code> stored '
+                f"here ({esc((m.id or '')[-8:])}) is shown under its call, in "
+                f'<a href="#turn-{shown_in}">turn {shown_in}</a></p>'
+            )
+    sent = f", {turn.sent_tokens:,} sent" if turn.fate == "context" else ""
     return (
-        f'<section class="turn {turn.state}" id="turn-{turn.number}">'
-        f"<h2>Turn {turn.number} <small>{turn.tokens:,} tokens · "
-        f"{label[turn.state]}</small></h2>{shown}</section>"
+        f'<section class="turn {turn.fate}" id="turn-{turn.number}">'
+        f"<h2>Turn {turn.number} <small>{turn.tokens:,} tokens{sent} · "
+        f"{_FATE_WORDS[turn.fate]}</small></h2>{''.join(parts)}</section>"
     )
 
 
-def _message(
-    m: Message, view: SessionView, here: str, results: Mapping[str | None, Message]
-) -> str:
-    in_context = m.id in view.context_ids
-    classes = ["message", m.role.value, "in" if in_context else "out"]
-    if m.id in view.shortened_ids:
+def _message(a: MessageAccount, view: SessionView, here: str) -> str:
+    m = a.message
+    classes = ["message", m.role.value, "in" if a.in_context else "out"]
+    cut = [r for r in a.repairs if r.kind == "truncated"]
+    if cut:
         classes.append("shortened")
-    badge = ""
-    if m.id in view.shortened_ids:
-        badge = ' <span class="badge">shortened in the context</span>'
+    badges = "".join(
+        f' <span class="badge">{esc(r.describe())}</span>'
+        for r in a.repairs
+        if r.kind not in ("dropped_unanswered_calls", "renamed_call_ids")  # on their calls
+    )
     delete = ""
     if m.id is not None:
         delete = (
             f'<a class="small" href="{here}/confirm?action=delete-message&amp;message='
             f'{esc(quote(m.id, safe=""))}">delete</a>'
         )
-    calls = "".join(_call(c, results.get(c.id), view) for c in m.tool_calls)
+    results = view.results.get(m.id or "", ())
+    calls = "".join(
+        _call(c, a, [r for r in results if r.message.tool_call_id == c.id]) for c in m.tool_calls
+    )
     answered = ""
     if m.role is Role.TOOL:
         answered = f' <span class="meta">result of <code>{esc(m.tool_call_id)}</code></span>'
+    tokens = f"{a.tokens:,} tokens" + (
+        f", {a.sent_tokens:,} sent" if a.in_context and a.sent_tokens != a.tokens else ""
+    )
     return (
         f'<article class="{" ".join(classes)}" id="m-{esc(m.id or "")}">'
-        f'<header><span class="role">{esc(m.role.value)}</span>{answered}{badge} '
+        f'<header><span class="role">{esc(m.role.value)}</span>{answered}{badges} '
         f'<span class="meta"><code title="{esc(m.id or "")}">{esc((m.id or "")[-8:])}</code> · '
-        f"{when(m.created_at)}</span> {delete}</header>"
+        f"{tokens} · {when(m.created_at)}</span> {delete}</header>"
         f"{_content(m.content)}{calls}</article>"
     )
 
 
-def _call(call: ToolCall, result: Message | None, view: SessionView) -> str:
+def _call(call: ToolCall, owner: MessageAccount, results: Sequence[MessageAccount]) -> str:
     arguments = call.arguments
     with contextlib.suppress(ValueError):  # arguments that are not JSON show as they are
         arguments = json.dumps(json.loads(arguments), indent=1, ensure_ascii=False)
-    if result is None:
-        answer = '<div class="result missing">no result stored</div>'
-    else:
-        where = "in" if result.id in view.context_ids else "out"
-        answer = (
-            f'<div class="result {where}" id="m-{esc(result.id or "")}">'
-            f'<span class="role">result</span> <span class="meta"><code>'
-            f"{esc((result.id or '')[-8:])}</code></span>{_content(result.content)}</div>"
+    notes = [r for r in owner.repairs if r.call_id == call.id]
+    removed = any(r.kind == "dropped_unanswered_calls" for r in notes)
+    badges = "".join(f' <span class="badge">{esc(r.describe())}</span>' for r in notes)
+    answers = []
+    for result in results:
+        where = "in" if result.in_context else "out"
+        marks = "".join(f' <span class="badge">{esc(r.describe())}</span>' for r in result.repairs)
+        answers.append(
+            f'<div class="result {where}" id="m-{esc(result.message.id or "")}">'
+            f'<span class="role">result</span>{marks} <span class="meta"><code>'
+            f"{esc((result.message.id or '')[-8:])}</code> · {result.tokens:,} tokens</span>"
+            f"{_content(result.message.content)}</div>"
         )
+    if not answers:
+        answers.append('<div class="result missing">no result stored</div>')
+    state = " removed" if removed else ""
     return (
-        f'<div class="call"><div class="call-head">→ <code>{esc(call.name)}</code> '
-        f'<span class="meta">{esc(call.id)}</span></div>'
-        f"<pre>{esc(_clip(arguments))}</pre>{answer}</div>"
+        f'<div class="call{state}"><div class="call-head">→ <code>{esc(call.name)}</code> '
+        f'<span class="meta">{esc(call.id)}</span>{badges}</div>'
+        f"<pre>{esc(_clip(arguments))}</pre>{''.join(answers)}</div>"
     )
 
 
