@@ -295,6 +295,32 @@ def test_a_bad_item_of_an_array_is_reported_by_its_line_and_number(zerda: Zerda)
 
 
 @pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('{"role": "robot", "content": "hi"}', "unknown role 'robot'"),
+        ('{"role": "user", "content": 5}', "content must be a string or a sequence of parts"),
+        ('{"role": "user", "content": "\\ud800"}', "lone surrogate"),
+    ],
+)
+@pytest.mark.parametrize("command", ["import", "replay"])
+@pytest.mark.parametrize("lines", [1, 2])
+def test_a_bad_line_is_named_for_what_it_is_even_alone(
+    zerda: Zerda, line: str, expected: str, command: str, lines: int
+) -> None:
+    """A file of one bad line is JSON Lines with a bad line, not "one JSON object over several
+    lines" (issue #28): the problem is named as in a longer file."""
+    path = zerda.tmp / "bad.jsonl"
+    good = '{"role": "user", "content": "fine"}'
+    path.write_text("\n".join([line, good][:lines]) + "\n", encoding="utf-8")
+    args = ["--session", "s"] if command == "import" else ["--k", "1"]
+    out = zerda(command, path, *args)
+    assert out.code == 1, out
+    assert f"{path}:1: " in out.err
+    assert expected in out.err
+    assert "over several lines" not in out.err
+
+
+@pytest.mark.parametrize(
     ("text", "expected"),
     [
         ('[{"messages": []},', ":1: item 2: not JSON: Expecting value"),

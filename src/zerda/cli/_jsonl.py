@@ -150,7 +150,10 @@ class _Reader:
 
 
 def _one_object(data: bytes) -> bool:
-    """Whether ``data`` is a single JSON object (over several lines, as JSON Lines it is not)."""
+    """Whether ``data`` is a single JSON object over several lines (as JSON Lines it is not;
+    an object on one line is a line of JSON Lines, whose problem is its own)."""
+    if sum(1 for line in data.split(b"\n") if line.strip()) < 2:
+        return False
     try:
         return isinstance(json.loads(data.decode("utf-8")), Mapping)
     except (UnicodeDecodeError, RecursionError, ValueError):  # JSONDecodeError is a ValueError
