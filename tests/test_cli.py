@@ -335,13 +335,13 @@ def test_sessions_newest_first_as_a_table_and_as_json(cli: Zerda, sqlite: SQLite
     newer = listed[0]
     assert set(newer) == {
         "session_id",
-        "message_count",
-        "turn_count",
+        "messages",
+        "turns",
         "created_at",
         "updated_at",
         "expires_at",
     }
-    assert (newer["message_count"], newer["turn_count"]) == (20, 4)
+    assert (newer["messages"], newer["turns"]) == (20, 4)
     stored = {s.session_id: s for s in sqlite.list_sessions()}
     assert newer["updated_at"] == stored["newer"].updated_at  # epoch seconds
     table = cli("sessions").succeeded().out.splitlines()
@@ -625,6 +625,19 @@ def test_export_a_missing_session_is_an_error(cli: Zerda) -> None:
 
 
 @needs_sqlite
+@pytest.mark.parametrize(
+    "command",
+    [["stats"], ["stats", "--json"], ["sessions"], ["sessions", "--json"], ["stats", "demo"]],
+)
+def test_the_cli_uses_no_deprecated_name_of_its_own(cli: Zerda, command: list[str]) -> None:
+    """The commands read ``SessionInfo.messages`` and ``.turns``: no deprecation warning of
+    the library's own old names reaches the user (issue #28)."""
+    cli.imported()
+    run = cli(*command).succeeded()
+    assert run.err == "", run.err
+
+
+@needs_sqlite
 def test_stats_of_the_database(cli: Zerda) -> None:
     cli.imported("one")
     cli.imported("two")
@@ -664,7 +677,7 @@ def test_stats_of_a_session_count_tokens_by_role(cli: Zerda) -> None:
             "tokens": sum(map(APPROX.count_message, of_role)),
         }
     assert stats["tokens"] == sum(map(APPROX.count_message, messages))
-    assert (stats["message_count"], stats["turn_count"]) == (20, 4)
+    assert (stats["messages"], stats["turns"]) == (20, 4)
     assert stats["created_at"] <= stats["updated_at"]
     human = cli("stats", "demo").succeeded().out
     assert re.search(rf"^  total\s+20\s+{stats['tokens']}$", human, re.M)
@@ -688,7 +701,7 @@ def test_rm_deletes_the_session_and_its_metadata(cli: Zerda, sqlite: SQLiteStore
     assert [s.session_id for s in sqlite.list_sessions()] == ["keep"]
     cli("rm", "drop").failed(1, "no session 'drop'")
     removed = cli("rm", "keep", "--json").succeeded().json
-    assert removed == {"session_id": "keep", "removed": True, "message_count": 20, "turn_count": 4}
+    assert removed == {"session_id": "keep", "removed": True, "messages": 20, "turns": 4}
 
 
 # -- the database: --db, ZERDA_DB, the XDG default, bad targets -------------------------------

@@ -437,8 +437,8 @@ def test_fork_json(zerda: Zerda) -> None:
         "session_id": "chat",
         "new_session_id": "branch",
         "at": R1,
-        "message_count": 5,
-        "turn_count": 1,
+        "messages": 5,
+        "turns": 1,
     }
     assert zerda("fork", "chat", "all", "--json").ok().json["at"] is None
 

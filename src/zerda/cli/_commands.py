@@ -142,8 +142,8 @@ def _emit_json(ctx: Context, value: object) -> None:
 def _session_json(info: SessionInfo) -> dict[str, Any]:
     return {
         "session_id": info.session_id,
-        "message_count": info.message_count,
-        "turn_count": info.turns,
+        "messages": info.messages,
+        "turns": info.turns,
         "created_at": info.created_at,
         "updated_at": info.updated_at,
         "expires_at": info.expires_at,
@@ -635,8 +635,8 @@ def _store_stats(ctx: Context) -> dict[str, Any]:
     if version is not None:
         stats["schema_version"] = version
     stats["sessions"] = len(infos)
-    stats["messages"] = sum(s.message_count for s in infos)
-    stats["turns"] = sum(s.turn_count for s in infos)
+    stats["messages"] = sum(s.messages for s in infos)
+    stats["turns"] = sum(s.turns for s in infos)
     return stats
 
 
@@ -652,8 +652,8 @@ def _session_stats(ctx: Context, session_id: str, counter: TokenCounter) -> dict
             by_role[m.role.value]["tokens"] += n
     return {
         "session_id": session_id,
-        "message_count": tail.total_messages,
-        "turn_count": tail.total_turns,
+        "messages": tail.total_messages,
+        "turns": tail.total_turns,
         "created_at": info.created_at if info else None,
         "updated_at": info.updated_at if info else None,
         "expires_at": info.expires_at if info else None,
@@ -671,8 +671,8 @@ def cmd_stats(args: argparse.Namespace, ctx: Context) -> int:
             return 0
         rows: list[Sequence[object]] = [
             ("session", stats["session_id"]),
-            ("messages", stats["message_count"]),
-            ("turns", stats["turn_count"]),
+            ("messages", stats["messages"]),
+            ("turns", stats["turns"]),
             ("first activity", local_time(stats["created_at"])),
             ("last activity", local_time(stats["updated_at"])),
         ]
@@ -684,7 +684,7 @@ def cmd_stats(args: argparse.Namespace, ctx: Context) -> int:
         by_role = stats["tokens_by_role"]
         role_rows: list[Sequence[object]] = [("role", "messages", "tokens")]
         role_rows += [(role, v["messages"], v["tokens"]) for role, v in by_role.items()]
-        role_rows.append(("total", stats["message_count"], stats["tokens"]))
+        role_rows.append(("total", stats["messages"], stats["tokens"]))
         for line in table(role_rows, "lrr", indent="  "):
             print(line, file=ctx.out)
         return 0
@@ -732,8 +732,8 @@ def cmd_rm(args: argparse.Namespace, ctx: Context) -> int:
             {
                 "session_id": args.session,
                 "removed": True,
-                "message_count": before.total_messages,
-                "turn_count": before.total_turns,
+                "messages": before.total_messages,
+                "turns": before.total_turns,
             },
         )
     else:
@@ -954,8 +954,8 @@ def cmd_fork(args: argparse.Namespace, ctx: Context) -> int:
                 "session_id": session,
                 "new_session_id": new,
                 "at": at,
-                "message_count": after.total_messages,
-                "turn_count": after.total_turns,
+                "messages": after.total_messages,
+                "turns": after.total_turns,
             },
         )
         return 0
