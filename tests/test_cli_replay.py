@@ -936,8 +936,36 @@ def test_a_setting_equal_to_another_line_says_so() -> None:
         "--token-limit 20000 (the same as full history; budget 20,000 off the top)",
         "--token-limit 300",
         "full history",
+        "a new conversation starts",
     ]
     assert axes.get_xlabel() == "turn (14 conversations, each its own session)"
+
+
+def test_the_plot_marks_where_each_conversation_starts() -> None:
+    """A context that drops because a new conversation starts is no eviction: a line marks
+    each start (issue #28); past 80 conversations, every other one is shaded instead."""
+    axes = _replay.draw(long_runs(40, [300]), APPROX.name, "short").axes[0]
+    starts = [line.get_xdata()[0] for line in axes.get_lines() if line.get_xdata()[0] % 1]
+    assert starts == [3.5 + 3 * n for n in range(13)], "between a conversation's turns"
+    many = _replay.draw(long_runs(600, [300]), APPROX.name, "many").axes[0]
+    assert len(many.patches) >= 100 - 1  # every other of 200 conversations (and the bands)
+    assert "every other conversation" in [p.get_label() for p in many.patches]
+
+
+def test_the_plot_of_one_turn_has_one_tick() -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    for turns, expected in ((1, ["1"]), (3, ["1", "2", "3"])):
+        figure = _replay.draw(long_runs(turns, [300]), APPROX.name, "few")
+        FigureCanvasAgg(figure).draw()  # ticks are made when drawn
+        axes = figure.axes[0]
+        low, high = axes.get_xlim()
+        ticks = [
+            label.get_text()
+            for tick, label in zip(axes.get_xticks(), axes.get_xticklabels(), strict=True)
+            if low <= tick <= high  # the ones drawn
+        ]
+        assert ticks == expected, "a tick a turn (not eight labelled 1)"
 
 
 def test_plot_of_one_session_with_a_log_scale(zerda: Any, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import time
@@ -61,6 +62,7 @@ PLOT_POINTS = 100
 # A full history this many times over every setting and budget goes off the top of a plot.
 OFF_THE_TOP = 4
 FULL_COLOR = "0.2"
+BOUNDARY_COLOR = "0.75"
 # tab10 without its grey, which is the full history's.
 COLORS = (
     "#1f77b4",
@@ -553,6 +555,7 @@ def draw(
             full.turns, full.low, full.high, color=FULL_COLOR, alpha=0.15, linewidth=0
         )
     conversations = len({r.conversation for r in rows})
+    _mark_conversations(lines, rows)
     where = ""
     if conversations > 1:
         mode = "played as one session" if one_session else "each its own session"
@@ -563,7 +566,10 @@ def draw(
     lines.set_xlabel(xlabel)
     lines.set_ylabel(f"context tokens ({counter_name}{', log scale' if log_scale else ''})")
     lines.set_title("Context tokens per turn")
-    lines.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # Whole turns only, however few (one turn is one tick, not eight labelled "1").
+    lines.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    if rows:
+        lines.set_xlim(0.5, len(rows) + 0.5)
     thousands = FuncFormatter(lambda value, _: f"{value:,.0f}")
     lines.xaxis.set_major_formatter(thousands)
     if log_scale:
@@ -599,12 +605,50 @@ def draw(
     bars.set_xlim(min([0.0, *percents]), 100)
     bars.xaxis.set_major_formatter(PercentFormatter())
     bars.set_xlabel(
-        f"tokens saved against sending the full history every turn, over {len(rows):,} turns"
+        "tokens saved against sending the full history every turn, over "
+        f"{len(rows):,} turn{'' if len(rows) == 1 else 's'}"
     )
     bars.set_title("Tokens saved")
     bars.grid(axis="x", alpha=0.3)
     figure.suptitle(title)
     return figure
+
+
+# Past this many conversations, a line at each start would grey the panel: alternate bands.
+_MAX_BOUNDARY_LINES = 80
+
+
+def _mark_conversations(axes: Any, rows: Sequence[TurnRow]) -> None:
+    """Where each conversation after the first starts, between its first turn and the turn
+    before (x is the turn's place in the replay): a context that drops there starts a new
+    conversation, it is no eviction."""
+    starts = [
+        i + 0.5 for i in range(1, len(rows)) if rows[i].conversation != rows[i - 1].conversation
+    ]
+    if not starts:
+        return
+    if len(starts) <= _MAX_BOUNDARY_LINES:
+        for n, x in enumerate(starts):
+            axes.axvline(
+                x,
+                color=BOUNDARY_COLOR,
+                linewidth=0.8,
+                zorder=1,
+                label="a new conversation starts" if n == 0 else None,
+            )
+        return
+    bounds = [0.5, *starts, len(rows) + 0.5]
+    for n, (begin, end) in enumerate(itertools.pairwise(bounds)):
+        if n % 2:
+            axes.axvspan(
+                begin,
+                end,
+                color=BOUNDARY_COLOR,
+                alpha=0.12,
+                linewidth=0,
+                zorder=1,
+                label="every other conversation" if n == 1 else None,
+            )
 
 
 def _save(figure: Figure, path: str) -> None:
