@@ -777,6 +777,29 @@ def test_zerda_serve_runs_and_stops(tmp_path: Path, workers: int) -> None:
         assert [m.text for m in store.history("acme:s")] == ["m0", "m1", "m2", "m3"]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_zerda_serve_on_a_port_in_use_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: int
+) -> None:
+    """One ``zerda: error:`` line and status 1, before any banner (issue #28: it printed
+    "serving on", then uvicorn's raw [Errno 98], and exited 3)."""
+    from zerda.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        db = tmp_path / "x.sqlite3"
+        code = main(["--db", str(db), "serve", "--port", str(port), "--workers", str(workers)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"zerda: error: cannot serve on 127.0.0.1:{port}: Address already in use; another "
+        "process is listening there: stop it, or give another --port"
+    ]
+
+
 def test_zerda_serve_without_auth_says_so(tmp_path: Path) -> None:
     port = _free_port()
     process = subprocess.Popen(

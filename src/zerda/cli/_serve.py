@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import json
 import os
-from typing import TYPE_CHECKING
+import socket
+from typing import TYPE_CHECKING, Any
 
 from zerda.cli._render import local_time, table
-from zerda.errors import ConfigurationError
+from zerda.errors import ConfigurationError, ZerdaError
 from zerda.stores._open import open_native_async, open_store
 from zerda.tokens import counter_by_name
 
@@ -84,6 +86,7 @@ def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
     from zerda.server._mcp import MCP_HINT, mcp_installed
 
     log_to_stderr()
+    _check_port(args.host, args.port)
 
     store = open_store(ctx.target)  # opening checks the target (and creates a SQLite file)
     auth = not args.no_auth
@@ -123,7 +126,7 @@ def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
             async_store=open_native_async(ctx.target),
         )
         try:
-            uvicorn.run(app, **settings)
+            _run(uvicorn, app, settings)
         finally:
             store.close()
         return 0
@@ -131,13 +134,49 @@ def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
     counter_by_name(args.counter)  # a bad name fails here, a warning about it shows once
     config = {"db": ctx.target, "auth": auth, "max_body": args.max_body, "counter": args.counter}
     os.environ[CONFIG_VARIABLE] = json.dumps(config)
-    uvicorn.run(
+    _run(
+        uvicorn,
         "zerda.server:app_from_environment",
-        factory=True,
-        workers=args.workers,
-        **settings,
+        {**settings, "factory": True, "workers": args.workers},
     )
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail in one line, before anything starts, when ``host:port`` cannot be listened on
+    (another process has it, the address is not this machine's), as uvicorn would bind it."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except OSError as exc:
+        raise ConfigurationError(f"cannot serve on {host}:{port}: {exc}") from None
+    probe = socket.socket(family, kind, proto)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        probe.bind(address)
+    except OSError as exc:
+        hint = (
+            "another process is listening there: stop it, or give another --port"
+            if exc.errno == errno.EADDRINUSE
+            else "give a --host of this machine, and a --port you may use"
+        )
+        raise ZerdaError(f"cannot serve on {host}:{port}: {exc.strerror}; {hint}") from None
+    finally:
+        probe.close()
+
+
+def _run(uvicorn: Any, app: object, settings: dict[str, Any]) -> None:
+    """uvicorn.run, with its failure to start (the port taken meanwhile) as Zerda's error."""
+    try:
+        uvicorn.run(app, **settings)
+    except SystemExit as stop:
+        if stop.code in (None, 0):
+            raise
+        raise ZerdaError(
+            f"the server did not start on {settings['host']}:{settings['port']} (uvicorn "
+            "said why above)"
+        ) from None
 
 
 def cmd_mcp(args: argparse.Namespace, ctx: Context) -> int:
