@@ -143,6 +143,20 @@ def test_the_system_message_is_stored_once_and_replaced_when_it_changes(
     assert [m["role"] for m in fake.requests[1]["messages"]].count("system") == 1
 
 
+def test_the_context_shows_the_system_message_the_next_request_sends(fake: FakeOpenAI) -> None:
+    """A Chat with a new ``system`` on a session that holds another: ``context()`` already
+    shows the new one, as the request sends it (issue #28: it showed the old one)."""
+    memory = ConversationTokenBufferMemory(1000, token_counter=ApproxCounter())
+    make_chat(fake, memory=memory, system="Be brief.").send("one")
+    chat = make_chat(fake, memory=memory, system="Answer in French.")
+    shown = chat.context()
+    assert [m.content for m in shown if m.role == "system"] == ["Answer in French."]
+    chat.send("two")
+    assert fake.requests[-1]["messages"][: len(shown)] == to_openai(shown)
+    later = make_chat(fake, memory=memory, system="In German.")
+    assert asyncio.run(later.acontext())[0].content == "In German."
+
+
 def test_a_summary_memory_keeps_one_stored_system_message(fake: FakeOpenAI) -> None:
     store = InMemoryStore()
 

@@ -300,10 +300,14 @@ def _decide_default(timeout: float) -> TokenCounter:
     thread = threading.Thread(target=load, name="zerda-load-encoding", daemon=True)
     thread.start()
     thread.join(timeout)
-    if result and not isinstance(result[0], BaseException):
-        return result[0]
-    reason = type(_root_cause(result[0])).__name__ if result else f"timed out after {timeout:g}s"
-    detail = f"{reason}: {str(result[0])[:160]}" if result else reason
+    failure = result[0] if result else None
+    if failure is not None and not isinstance(failure, BaseException):
+        return failure
+    if failure is None:
+        reason = detail = f"timed out after {timeout:g}s"
+    else:
+        reason = type(_root_cause(failure)).__name__
+        detail = f"{reason}: {str(failure)[:160]}"
     warn(
         ApproximateCountWarning(
             f"tiktoken could not load {DEFAULT_ENCODING!r} ({detail}); Zerda counts tokens "

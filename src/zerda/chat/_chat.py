@@ -17,7 +17,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict, Union
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Union
 
 from zerda._ids import new_message_id
 from zerda.chat._models import default_memory
@@ -97,6 +97,7 @@ class _Edit:
 
 _Effect = Union[_ReadContext, _Ask, _RunTools, _Store, _Edit]  # noqa: UP007 - a runtime alias
 _Flow = Generator[_Effect, Any, str]
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -358,11 +359,18 @@ class Chat:
 
     def context(self) -> list[Message]:
         """What the next request would send before a new message: the memory's context, with
-        the tool definitions counted in its budget."""
-        return self.memory.get_context(tools=self.tool_definitions or None)
+        the tool definitions counted in its budget, and this Chat's ``system`` in it (stored
+        now, as the next send would store it, when the session held another)."""
+        return self._drive(self._context_flow())
 
     async def acontext(self) -> list[Message]:
-        return await self.memory.aget_context(tools=self.tool_definitions or None)
+        return await self._adrive(self._context_flow())
+
+    def _context_flow(self) -> Generator[_Effect, Any, list[Message]]:
+        context, _ = yield _ReadContext()
+        if not self._system_checked and (yield from self._keep_system(context)):
+            context, _ = yield _ReadContext()
+        return list(context)
 
     def stats(self) -> ChatStats:
         """Token usage and counts since this Chat was made (see :class:`ChatStats`)."""
@@ -403,18 +411,21 @@ class Chat:
             "raise max_steps"
         )
 
-    def _keep_system(self, context: Sequence[Message]) -> Generator[_Effect, Any, None]:
+    def _keep_system(self, context: Sequence[Message]) -> Generator[_Effect, Any, bool]:
         """The session's first system message says :attr:`system`: stored if missing,
-        replaced if it differs."""
+        replaced if it differs; whether it changed."""
         self._system_checked = True
         if self.system is None:
-            return
+            return False
         # A stored message has an id; a summary memory's summary, pinned too, has none.
         pinned = next((m for m in context if m.role in PINNED and m.id is not None), None)
         if pinned is None:
             yield _Store([Message(Role.SYSTEM, self.system)])
         elif pinned.content != self.system:
             yield _Edit(pinned.id, self.system)  # type: ignore[arg-type]  # not None: above
+        else:
+            return False
+        return True
 
     def _request(self, context: Sequence[Message]) -> dict[str, Any]:
         request: dict[str, Any] = {"model": self.model, "messages": to_openai(context)}
@@ -477,7 +488,7 @@ class Chat:
         outcomes = await asyncio.gather(*(run(c) for c in effect.calls))
         return [self._result(c, o) for c, o in zip(effect.calls, outcomes, strict=True)]
 
-    def _drive(self, flow: _Flow) -> str:
+    def _drive(self, flow: Generator[_Effect, Any, _T]) -> _T:
         try:
             effect = next(flow)
             while True:
@@ -487,7 +498,8 @@ class Chat:
                     result = self._do(effect)
                 effect = flow.send(result)
         except StopIteration as done:
-            return str(done.value)
+            value: _T = done.value
+            return value
 
     def _drive_stream(self, flow: _Flow) -> Iterator[str]:
         try:
@@ -501,7 +513,7 @@ class Chat:
         except StopIteration:
             return
 
-    async def _adrive(self, flow: _Flow) -> str:
+    async def _adrive(self, flow: Generator[_Effect, Any, _T]) -> _T:
         try:
             effect = next(flow)
             while True:
@@ -511,7 +523,8 @@ class Chat:
                     result = await self._ado(effect)
                 effect = flow.send(result)
         except StopIteration as done:
-            return str(done.value)
+            value: _T = done.value
+            return value
 
     async def _adrive_stream(self, flow: _Flow) -> AsyncIterator[str]:
         try:
