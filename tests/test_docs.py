@@ -14,6 +14,7 @@ import pytest
 
 from _fake_openai import FakeOpenAI, Reply, calls, text
 from zerda import ZerdaWarning
+from zerda.errors import ApproximateCountWarning
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -175,7 +176,7 @@ def test_doc_code_block_runs(name: str, code: str, monkeypatch: pytest.MonkeyPat
     # any endpoint. Offline, the default memory's counter warns once that tiktoken's encoding
     # for the model cannot be loaded: expected here, and only that warning.
     with FakeOpenAI() as fake, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "tiktoken encoding", ZerdaWarning)
+        warnings.filterwarnings("ignore", category=ApproximateCountWarning)
         fake.responder = _docs_model
         monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-docs")

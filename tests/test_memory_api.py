@@ -9,6 +9,7 @@ import logging
 import typing
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -151,6 +152,42 @@ def test_human_and_ai_prefixes_name_the_speakers_of_the_text(cls: type) -> None:
     default = cls(**counted)
     default.save_context({"input": "2+2?"}, {"output": "4"})
     assert default.load_memory_variables({})["history"] == "user: 2+2?\nassistant: 4"
+
+
+@pytest.mark.parametrize("cls", MEMORIES[:3])
+def test_the_text_shows_no_none(cls: type) -> None:
+    """A turn whose answer is a tool call still waiting, or a missing input key: no line says
+    ``assistant: None`` or ``user: None`` (issue #28); the turn dicts keep ``None``."""
+    counted = {"token_counter": WORDS} if issubclass(cls, ConversationTokenBufferMemory) else {}
+    memory = cls(**counted)
+    with pytest.warns(ZerdaWarning, match="'input' is missing"):
+        memory.save_context({"question": "x"}, {"output": "first"})
+    memory.add_messages(
+        [
+            {"role": "user", "content": "the price?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "p", "arguments": "{}"}}
+                ],
+            },
+        ]
+    )
+    assert memory.load_memory_variables({})["history"] == "assistant: first\nuser: the price?"
+    assert [(d["input"], d["output"]) for d in memory.get_messages()] == [
+        (None, "first"),
+        ("the price?", None),
+    ]
+
+
+def test_migrating_names_the_prefixes_zerda_has() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "migrating.md").read_text("utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| `human_prefix="))
+    assert "no equivalent" not in row
+    memory = ConversationBufferMemory(human_prefix="Human", ai_prefix="AI")
+    memory.save_context({"input": "hi"}, {"output": "hello"})
+    assert memory.load_memory_variables({})["history"] == "Human: hi\nAI: hello"
 
 
 @pytest.mark.parametrize("bad", ["", None, 3])

@@ -196,7 +196,7 @@ def test_missing_output_key_stores_none_and_warns() -> None:
 
     [turn] = mem.get_messages()
     assert turn == {"input": "hi", "output": None, "timestamp": turn["timestamp"]}
-    assert mem.load_memory_variables({})["history"] == "user: hi\nassistant: None"
+    assert mem.load_memory_variables({})["history"] == "user: hi"  # no "assistant: None"
 
 
 def test_both_keys_missing_warns_twice() -> None:

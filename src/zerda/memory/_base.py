@@ -724,10 +724,12 @@ class BaseMemory(ABC, Generic[StatsT]):
         # The summary (a system message after the pinned ones) is part of what the model sees.
         lines = [f"{m.role.value}: {m.text}" for m in (*view.tail.system, *view.summary)]
         human, ai = self.human_prefix, self.ai_prefix
-        for turn, d in zip(turns, dicts, strict=True):
-            if turn.user is not None:
+        for d in dicts:
+            # None (a missing key, an answer still to come) is no text to show the model.
+            if d["input"] is not None:
                 lines.append(f"{human}: {d['input']}")
-            lines.append(f"{ai}: {d['output']}")
+            if d["output"] is not None:
+                lines.append(f"{ai}: {d['output']}")
         return "\n".join(lines)
 
     @staticmethod
