@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from _fake_openai import FakeOpenAI, Reply, calls, text
-from zerda import ZerdaWarning
 from zerda.errors import ApproximateCountWarning
 
 ROOT = Path(__file__).resolve().parents[1]
