@@ -640,6 +640,46 @@ def test_the_cli_uses_no_deprecated_name_of_its_own(cli: Zerda, command: list[st
     assert run.err == "", run.err
 
 
+REPAIRED = [
+    {"role": "system", "content": "You take coffee orders."},
+    {"role": "user", "content": "One latte, please."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "order", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "price", "arguments": "{}"}},
+        ],
+    },
+    {"role": "user", "content": "Wait, with oat milk!"},
+    {"role": "tool", "tool_call_id": "c1", "content": "ordered"},
+    {"role": "tool", "tool_call_id": "c1", "content": "ordered again"},
+    {"role": "assistant", "content": "Done. Changing it to oat milk."},
+]
+
+
+@needs_sqlite
+def test_show_context_of_a_repaired_session_says_so_once(cli: Zerda) -> None:
+    """Each repair under its message, the counts in the footer, and no bare library log line
+    beside them (issue #28: the warning came twice)."""
+    cli.imported("rep", write_jsonl(cli.tmp / "rep.jsonl", REPAIRED))
+    run = cli("show", "rep", "--context", "--token-limit", "300").succeeded()
+    assert run.err == ""
+    assert run.out.count("Repaired for the model") == 1
+    assert "↳ moved to follow its call c1" in run.out
+    assert "↳ call c2 not sent: it has no result" in run.out
+    assert "↳ not sent: its call c1 already has a result" in run.out
+    shown = cli("show", "rep", "--context", "--token-limit", "300", "--json").succeeded()
+    context = shown.json["context"]  # type: ignore[index]
+    assert context["repairs"] == {
+        "moved_results": 1,
+        "dropped_duplicate_results": 1,
+        "dropped_unanswered_calls": 1,
+    }
+    [moved] = [t for t in shown.json["turns"] if t["turn"] == 1]  # type: ignore[index]
+    assert [m["message"]["role"] for m in moved["messages"]] == ["user", "assistant", "tool"]
+
+
 @needs_sqlite
 def test_stats_of_the_database(cli: Zerda) -> None:
     cli.imported("one")
