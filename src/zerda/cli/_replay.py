@@ -268,21 +268,17 @@ def replay(
         for turn in conversation.turns:
             memory.add_messages(turn.messages)
             try:
-                context = memory.get_context()
+                context, stats = memory.get_context_with_stats()  # one read for both
             except ContextOverflowError as exc:
                 raise ReplayOverflowError(
                     f"{_where(turn, len(conversations))}: {exc}; try a larger --token-limit",
                     turn,
                 ) from exc
-            stats = memory.get_memory_stats()
-            if setting.memory == "window":
-                tokens = counter.count_messages(context)
-                in_context = stats["message_count"]
-                evicted = stats["stored_turns"] - in_context
-            else:
-                tokens = stats["context_tokens"]
-                in_context = stats["turns_in_context"]
-                evicted = stats["turns_evicted"]
+            tokens = (
+                counter.count_messages(context)  # a window counts nothing itself
+                if setting.memory == "window"
+                else stats["context_tokens"]
+            )
             yield TurnRow(
                 conversation=conversation.number,
                 turn=turn.number,
@@ -291,8 +287,8 @@ def replay(
                 context_messages=len(context),
                 context_tokens=tokens,
                 full_history_tokens=next(fulls),
-                turns_in_context=in_context,
-                turns_evicted=evicted,
+                turns_in_context=stats["turns_in_context"],
+                turns_evicted=stats["turns_evicted"],
                 truncated=bool(stats.get("truncated", False)),
                 turns_summarized=stats.get("turns_summarized", 0),
                 summary_tokens=stats.get("summary_tokens", 0),
