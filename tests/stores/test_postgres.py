@@ -1214,7 +1214,7 @@ def test_cli_against_postgres(dsn: str, schema: str, tmp_path: Path) -> None:
     ok(zerda("import", str(EXAMPLE), "--session", "demo", "--db", db, tmp_path=tmp_path))
     sessions = json.loads(ok(zerda("sessions", "--db", db, "--json", tmp_path=tmp_path)))
     expected = [Message.from_dict(json.loads(x)) for x in EXAMPLE.read_text().splitlines()]
-    assert [(s["session_id"], s["message_count"]) for s in sessions] == [("demo", len(expected))]
+    assert [(s["session_id"], s["messages"]) for s in sessions] == [("demo", len(expected))]
     shown = json.loads(
         ok(zerda("show", "demo", "--k", "2", "--json", "--db", db, tmp_path=tmp_path))
     )

@@ -1024,7 +1024,7 @@ def test_the_cli_against_redis(url: str, prefix: str, tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     [info] = json.loads(run.stdout)
     assert info["session_id"] == "demo"
-    assert info["message_count"] == len(EXAMPLE.read_text().splitlines())
+    assert info["messages"] == len(EXAMPLE.read_text().splitlines())
     run = zerda("export", "demo", db=db, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stdout == EXAMPLE.read_text()

@@ -58,7 +58,7 @@ from zerda.stores._base import (
     check_session_id,
 )
 from zerda.stores._memory import InMemoryStore
-from zerda.tokens import TokenCounter, TokenCounterLike, as_token_counter, message_counts
+from zerda.tokens import TokenCounter, TokenCounterLike, as_token_counter
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -633,38 +633,24 @@ class BaseMemory(ABC, Generic[StatsT]):
         self, raw: Tail, view: _View, counter: TokenCounter, turns: int | None
     ) -> Inspection:
         context = None if view.error is not None else view.context()
-        tail = view.tail
-        if self._budget() is not None:  # a token memory counted every part as it fitted
+        budget = self._budget()
+        # A token memory counted every part as it fitted; for the others the account counts.
+        tokens = None
+        if budget is not None:
             tokens = PartTokens(
                 view.system_tokens,
                 view.summary_tokens,
                 view.tools_tokens,
                 view.turn_tokens,
                 view.overhead_tokens,
-                self._budget(),
-            )
-        else:
-            shown = tail.messages[view.start :] if context is not None else []
-            tokens = PartTokens(
-                sum(message_counts(counter, tail.system, tail.system_tokens)),
-                0,
-                0,
-                sum(
-                    message_counts(
-                        counter,
-                        shown,
-                        tail.tokens[view.start :] if tail.tokens else [None] * len(shown),
-                    )
-                ),
-                counter.count_messages([]),
-                None,
+                budget,
             )
         return build(
             session_id=self.session_id,
             memory=self._type_name,
             counter=counter,
             raw=raw,
-            tail=tail,
+            tail=view.tail,
             start=view.start,
             turns_in_context=view.turns_in_context,
             summary=view.summary,
@@ -806,7 +792,7 @@ class BaseMemory(ABC, Generic[StatsT]):
     def get_context_with_stats(self, *, tools: Tools | None = None) -> tuple[list[Message], StatsT]:
         """:meth:`get_context` and :meth:`get_memory_stats` from one read of the store: the
         stats describe exactly that context, and it costs half the I/O of the two calls."""
-        view = self._read(tools, lenient=True)
+        view = self._read(tools)
         return view.context(), self._stats(view)
 
     def inspect(
@@ -917,7 +903,7 @@ class BaseMemory(ABC, Generic[StatsT]):
     async def aget_context_with_stats(
         self, *, tools: Tools | None = None
     ) -> tuple[list[Message], StatsT]:
-        view = await self._aread(tools, lenient=True)
+        view = await self._aread(tools)
         return view.context(), self._stats(view)
 
     async def ainspect(

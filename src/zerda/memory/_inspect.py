@@ -242,7 +242,7 @@ def build(
     context: Sequence[Message] | None,
     cuts: Sequence[int],
     accounting: Mapping[str, int],
-    tokens: PartTokens,
+    tokens: PartTokens | None,
     stats: MemoryStats,
     error: ZerdaError | None,
     keep: int | None = None,
@@ -251,8 +251,9 @@ def build(
     maybe without the oldest turns that a summary covers, maybe with the newest cut) and the
     context its messages from ``start`` on (``context`` is ``None`` when none fits); ``cuts``
     the tokens cut from each context message; ``accounting`` the memory's own count of each
-    fate, which the turns' fates follow; ``keep``: how many of the newest turns to account
-    for (``None``: every turn read)."""
+    fate, which the turns' fates follow; ``tokens`` the parts as the memory counted them
+    (``None``: a memory that counts nothing, whose parts the account counts by ``counter``);
+    ``keep``: how many of the newest turns to account for (``None``: every turn read)."""
     fixed = repair(raw.messages, raw.tokens, raw.turn_starts)
     events: Sequence[RepairEvent]
     sources: Sequence[int]
@@ -352,6 +353,9 @@ def build(
     if keep is not None:
         turn_accounts = turn_accounts[max(len(turn_accounts) - keep, 0) :]
     system_counts = message_counts(counter, raw.system, raw.system_tokens)
+    if tokens is None:
+        sent_total = sum(n for _, n, _ in sent.values())
+        tokens = PartTokens(sum(system_counts), 0, 0, sent_total, counter.count_messages([]), None)
     system = tuple(
         MessageAccount(m, n, m if context is not None else None, n if context is not None else 0)
         for m, n in zip(raw.system, system_counts, strict=True)
