@@ -430,9 +430,11 @@ class AccountingMachine(RuleBasedStateMachine):
             text = str(memory.load_memory_variables({}))
         except ContextOverflowError:
             context, text = [], ""
+        history = memory.get_history()
         seen = " ".join(
             [
-                json.dumps([m.to_dict() for m in memory.get_history()]),
+                json.dumps([m.to_dict() for m in history]),
+                json.dumps(to_openai(history)),  # what zerda export writes
                 json.dumps(context),
                 json.dumps(memory.get_memory_stats()),
                 json.dumps(self.store.get_metadata(memory.session_id)),
