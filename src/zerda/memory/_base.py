@@ -110,7 +110,6 @@ class _View:
     tools_tokens: int = 0
     turn_tokens: int = 0
     overhead_tokens: int = 0
-    summary_turns: int = 0
     summary_at: float | None = None
     hint: int | None = None
     summary_state: Any = None

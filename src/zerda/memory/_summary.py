@@ -138,7 +138,7 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
         summary, tokens = self._slot(stored)
         view = self._fit_budget(tail, summary, tokens, stored.turns, self._tools_cost(tools))
         if view is not None:
-            view.summary_turns, view.summary_at = stored.turns, stored.updated_at
+            view.summary_at = stored.updated_at
             view.summary_state = stored
         return view
 
@@ -236,7 +236,7 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
     def _record(self, stored: Stored, pending: int, result: SummaryResult) -> dict[str, Any]:
         self.last_result = result
         if self.last_error is not None:
-            log.warning(
+            log.info(
                 "summarizer works again: session=%r memory=%s; folding the pending turns",
                 self.session_id,
                 self._type_name,
@@ -360,8 +360,9 @@ class ConversationSummaryBufferMemory(ConversationTokenBufferMemory):
 
     def _accounting(self, view: _View) -> dict[str, int]:
         """Where each stored turn is: the oldest in the summary, then those waiting for their
-        fold (while the summarizer fails), then those in the context; none evicted, but the
-        newest turn of a context over the budget."""
+        fold (while the summarizer fails), then those in the context; none evicted but a
+        greeting the repair rules do not send, or the newest turn of a context over the
+        budget."""
         stored: Stored = view.summary_state or Stored()
         total = view.tail.total_turns
         summarized = min(stored.turns, total)
