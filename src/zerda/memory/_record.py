@@ -8,7 +8,7 @@ of a message that was deleted or edited would keep the removed text.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,16 +104,11 @@ def changed_turn(history: Sequence[Message], ids: Collection[str]) -> int | None
     tool result in its call's turn, wherever it was stored, and a removed user message leaves
     what followed it in its turn to the turn before. ``None``: no message of ``ids`` is in a
     turn (pinned messages belong to none)."""
-    turn = -1
     first: int | None = None
     call_turn: dict[str, int] = {}
     opened: set[int] = set()  # turns whose user message is one of ids
     kept: set[int] = set()  # turns with a message not in ids
-    for m in history:
-        if m.role in PINNED:
-            continue
-        if m.role is Role.USER or turn < 0:
-            turn += 1
+    for turn, m in _numbered(history):
         at = call_turn.get(m.tool_call_id or "", turn) if m.role is Role.TOOL else turn
         for call in m.tool_calls:
             call_turn[call.id] = turn
@@ -151,15 +146,22 @@ def drop_summary_past(session_id: str) -> Flow[None]:
 def _unanswered_turn(history: Sequence[Message], default: int) -> int:
     """The first turn of ``history`` with a tool call that has no result in it (``default``
     when there is none)."""
-    turn = -1
     waiting: dict[str, int] = {}
-    for m in history:
-        if m.role in PINNED:
-            continue
-        if m.role is Role.USER or turn < 0:
-            turn += 1
+    for turn, m in _numbered(history):
         if m.role is Role.TOOL:
             waiting.pop(m.tool_call_id or "", None)
         for call in m.tool_calls:
             waiting[call.id] = turn
     return min(waiting.values(), default=default)
+
+
+def _numbered(history: Sequence[Message]) -> Iterator[tuple[int, Message]]:
+    """Each message of ``history`` in a turn, with its turn's number (counted from the
+    session's first): a new one at each user message; pinned messages are in none."""
+    turn = -1
+    for m in history:
+        if m.role in PINNED:
+            continue
+        if m.role is Role.USER or turn < 0:
+            turn += 1
+        yield turn, m
