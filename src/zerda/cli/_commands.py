@@ -19,6 +19,7 @@ from zerda import formats
 from zerda.cli import _replay
 from zerda.cli._chat import cmd_chat
 from zerda.cli._context import (
+    Layout,
     Row,
     TurnRows,
     context_json,
@@ -26,8 +27,8 @@ from zerda.cli._context import (
     inspect_context,
     print_context,
     print_messages,
-    print_rows,
-    shown_id,
+    print_pinned,
+    print_turn,
     system_rows,
 )
 from zerda.cli._jsonl import MAX_PROBLEMS, Parsed, parse_jsonl
@@ -39,7 +40,6 @@ from zerda.cli._render import (
     short_id,
     size,
     table,
-    terminal_width,
 )
 from zerda.cli._serve import cmd_keys, cmd_mcp, cmd_serve
 from zerda.errors import InvalidSessionIdError, ZerdaError
@@ -232,26 +232,10 @@ def _print_session(
         f"{plural(view.total_turns, 'turn')} (tokens by {counter.name})",
         file=out,
     )
-    all_rows = [*view.system, *(r for t in view.turns for r in t.rows)]
-    token_width = max((len(str(r.tokens)) for r in all_rows), default=1)
-    id_width = max((len(shown_id(r.message, whole_ids)) for r in all_rows), default=1)
-    width = terminal_width()
-    if view.system:
-        print(file=out)
-        tokens = sum(r.tokens for r in view.system)
-        roles = sorted({r.message.role.value for r in view.system}, reverse=True)
-        which = " and ".join(roles).capitalize()  # System, Developer, System and developer
-        print(f"{which} messages (pinned, sent first): {plural(tokens, 'token')}", file=out)
-        print_rows(out, view.system, token_width, width, id_width, whole_ids)
+    layout = Layout.of([*view.system, *(r for t in view.turns for r in t.rows)], whole_ids)
+    print_pinned(out, view.system, sum(r.tokens for r in view.system), layout)
     for turn in view.turns:
-        print(file=out)
-        when = f", {local_time(turn.started_at)}" if turn.started_at is not None else ""
-        print(
-            f"Turn {turn.number} of {view.total_turns}{when}: "
-            f"{plural(len(turn.rows), 'message')}, {plural(turn.tokens, 'token')}",
-            file=out,
-        )
-        print_rows(out, turn.rows, token_width, width, id_width, whole_ids)
+        print_turn(out, turn, view.total_turns, layout)
     if not view.system and not view.turns:
         print("\nNo messages.", file=out)
 

@@ -13,6 +13,7 @@ from zerda.messages import Message
 from zerda.tokens import TokenCounter
 
 __all__ = [
+    "Layout",
     "Row",
     "TurnRows",
     "context_json",
@@ -20,7 +21,9 @@ __all__ = [
     "inspect_context",
     "print_context",
     "print_messages",
+    "print_pinned",
     "print_rows",
+    "print_turn",
     "shown_id",
     "system_rows",
 ]
@@ -89,6 +92,57 @@ def print_rows(
         print(clip(line, width), file=out)
         for note in r.notes:
             print(clip(f"  {'':<{id_width}}  ↳ {note}", width), file=out)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where the columns of a table of rows go: the widths of the tokens and ids that will
+    be shown, the terminal's, and whether ids are shown whole."""
+
+    token_width: int
+    id_width: int
+    width: int
+    whole_ids: bool
+
+    @classmethod
+    def of(cls, rows: Sequence[Row], whole_ids: bool) -> Layout:
+        return cls(
+            max((len(str(r.tokens)) for r in rows), default=1),
+            max((len(shown_id(r.message, whole_ids)) for r in rows), default=1),
+            terminal_width(),
+            whole_ids,
+        )
+
+    def rows(self, out: TextIO, rows: Sequence[Row]) -> None:
+        print_rows(out, rows, self.token_width, self.width, self.id_width, self.whole_ids)
+
+
+def print_pinned(out: TextIO, rows: Sequence[Row], tokens: int, layout: Layout) -> None:
+    """The pinned messages' block: a heading with their roles and tokens, a row each."""
+    if not rows:
+        return
+    print(file=out)
+    roles = sorted({r.message.role.value for r in rows}, reverse=True)
+    which = " and ".join(roles).capitalize()  # System, Developer, System and developer
+    print(f"{which} messages (pinned, sent first): {plural(tokens, 'token')}", file=out)
+    layout.rows(out, rows)
+
+
+def print_turn(out: TextIO, turn: TurnRows, total: int, layout: Layout) -> None:
+    """A turn's block: its number, time, messages and tokens, then a row each (and the
+    messages of it the context does not send)."""
+    print(file=out)
+    when = f", {local_time(turn.started_at)}" if turn.started_at is not None else ""
+    cut = ", its longest texts cut to fit" if turn.partial else ""
+    print(
+        f"Turn {turn.number} of {total}{when}: "
+        f"{plural(len(turn.rows), 'message')}, {plural(turn.tokens, 'token')}{cut}",
+        file=out,
+    )
+    layout.rows(out, turn.rows)
+    if turn.not_sent:
+        print(f"  not sent, of this turn ({len(turn.not_sent)}):", file=out)
+        layout.rows(out, turn.not_sent)
 
 
 def print_messages(out: TextIO, messages: Sequence[Message]) -> None:
@@ -181,20 +235,9 @@ def print_context(
     )
     system = system_rows(inspection)
     turns = context_turns(inspection)
-    every = [*system, *(r for t in turns for r in (*t.rows, *t.not_sent))]
-    token_width = max((len(str(r.tokens)) for r in every), default=1)
-    id_width = max((len(shown_id(r.message, whole_ids)) for r in every), default=1)
-    width = terminal_width()
+    layout = Layout.of([*system, *(r for t in turns for r in (*t.rows, *t.not_sent))], whole_ids)
     total = int(inspection.stats["stored_turns"])
-    if system:
-        print(file=out)
-        roles = sorted({r.message.role.value for r in system}, reverse=True)
-        which = " and ".join(roles).capitalize()  # System, Developer, System and developer
-        print(
-            f"{which} messages (pinned, sent first): {plural(inspection.tokens.system, 'token')}",
-            file=out,
-        )
-        print_rows(out, system, token_width, width, id_width, whole_ids)
+    print_pinned(out, system, inspection.tokens.system, layout)
     if inspection.summary is not None:
         covered = inspection.fates()["summary"]
         print(file=out)
@@ -203,20 +246,9 @@ def print_context(
             f"{plural(inspection.tokens.summary, 'token')}",
             file=out,
         )
-        print(clip(f"  {brief(inspection.summary)}", max(width, 40)), file=out)
+        print(clip(f"  {brief(inspection.summary)}", max(layout.width, 40)), file=out)
     for turn in turns:
-        print(file=out)
-        when = f", {local_time(turn.started_at)}" if turn.started_at is not None else ""
-        cut = ", its longest texts cut to fit" if turn.partial else ""
-        print(
-            f"Turn {turn.number} of {total}{when}: "
-            f"{plural(len(turn.rows), 'message')}, {plural(turn.tokens, 'token')}{cut}",
-            file=out,
-        )
-        print_rows(out, turn.rows, token_width, width, id_width, whole_ids)
-        if turn.not_sent:
-            print(f"  not sent, of this turn ({len(turn.not_sent)}):", file=out)
-            print_rows(out, turn.not_sent, token_width, width, id_width, whole_ids)
+        print_turn(out, turn, total, layout)
     if not system and not turns and inspection.summary is None:
         print("\nNo messages.", file=out)
     _print_footer(out, inspection, settings)
