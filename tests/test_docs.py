@@ -48,10 +48,20 @@ EXTRA_OF_MODULE = {  # a top-level module other than the standard library's and 
     "opentelemetry": "otel",
     "matplotlib": "plot",
     "tiktoken_ext": "offline",
+    "agents": "openai-agents",
+    "pydantic_ai": "pydantic-ai",
+    "langchain": "langchain-agents",
+    "langgraph": "langchain-agents",
+    "google": "adk",
+    "strands": "strands",
 }
 EXTRA_OF_ZERDA_MODULE = {
     "zerda.integrations.langchain": "langchain",
     "zerda.integrations.llama_index": "llamaindex",
+    "zerda.integrations.openai_agents": "openai-agents",
+    "zerda.integrations.pydantic_ai": "pydantic-ai",
+    "zerda.integrations.adk": "adk",
+    "zerda.integrations.strands": "strands",
     "zerda.server": "server",
     "zerda.chat": "openai",
 }
@@ -168,7 +178,8 @@ def _docs_model(body: dict[str, Any]) -> Reply:
 
 @pytest.mark.parametrize(("name", "code"), _blocks(), ids=[n for n, _ in _blocks()])
 def test_doc_code_block_runs(name: str, code: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if "openai" not in extras_needed(code):
+    extras = extras_needed(code)
+    if "openai" not in extras or "openai-agents" in extras:  # the SDK's examples script a model
         exec(compile(code, name, "exec"), {"__name__": "__doc_example__"})
         return
     # The chat examples talk to a local OpenAI-compatible server, found the way the SDK finds
