@@ -191,3 +191,18 @@ def test_compare_checks_catch_each_kind_of_bad_context(monkeypatch: pytest.Monke
         after = {n: getattr(checks, n) for n in bad}
         assert {n for n in bad if after[n] != before[n]} == {name}
     assert checks.contexts == 1 + len(bad)
+
+
+@pytest.mark.skipif(not DATA.exists(), reason=f"shared data set not found at {DATA}")
+def test_frameworks_benchmark_runs_every_framework(tmp_path: Path) -> None:
+    out = tmp_path / "frameworks.json"
+    run = run_script("frameworks.py", "--quick", f"--json={out}")
+    result = json.loads(out.read_text())
+    assert result["skipped"] == {}, "make test installs every framework's extra"
+    names = {row["framework"] for row in result["rows"]}
+    assert names == {"OpenAI Agents SDK"}
+    for row in result["rows"]:
+        assert row["messages"] >= 40
+        assert row["baseline_us"] > 0
+        assert row["zerda_us"] > 0
+    assert "| framework | messages |" in run.stdout

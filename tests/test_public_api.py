@@ -15,6 +15,7 @@ import zerda.errors
 import zerda.formats
 import zerda.integrations.langchain
 import zerda.integrations.llama_index
+import zerda.integrations.openai_agents
 import zerda.memory
 import zerda.messages
 import zerda.server
@@ -53,6 +54,7 @@ PUBLIC_MODULES = [
     zerda.summarize,
     zerda.integrations.langchain,
     zerda.integrations.llama_index,
+    zerda.integrations.openai_agents,
 ]
 
 
