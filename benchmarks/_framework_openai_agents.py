@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from _sessions import session_dicts
-from _turns import BUDGET
+from _turns import BUDGET, split
 
 from zerda import Message, TiktokenCounter, group_turns
 from zerda.formats import to_responses
@@ -34,16 +34,10 @@ def _turn_items(n_messages: int, turns: int) -> tuple[list[Any], list[list[Any]]
     """The items of the first ``n_messages`` messages (whole turns), and the next ``turns``
     turns' items, each a list."""
     all_turns = group_turns(Message.from_openai(d) for d in session_dicts(n_messages + 40 * turns))
-    prefill: list[Any] = []
-    seen = 0
-    cut = 0
-    while seen < n_messages:
-        prefill.extend(to_responses(all_turns[cut].messages))
-        seen += len(all_turns[cut].messages)
-        cut += 1
-    timed = [to_responses(t.messages) for t in all_turns[cut : cut + turns]]
+    prefill, after = split(all_turns, n_messages)
+    timed = [to_responses(t.messages) for t in after[:turns]]
     assert len(timed) == turns, "the data set ran out of turns"
-    return prefill, timed
+    return to_responses([m for t in prefill for m in t.messages]), timed
 
 
 def _bytes(path: Path) -> int:

@@ -303,8 +303,9 @@ class ZerdaSession:
                 else []
             )
             if await adrive(_removal(self.session_id, [message.id], _at_end(message)), self._store):
-                if _replaced(message):  # a compaction's leftovers, hidden by it until now
-                    await adrive(_removal(self.session_id, _replaced(message), 0), self._store)
+                leftovers = _replaced(message)  # a compaction's, hidden by it until now
+                if leftovers:
+                    await adrive(_removal(self.session_id, leftovers, 0), self._store)
                 return cast(TResponseInputItem, items[-1])
             if rest:  # another pop took it first: take back what this one added
                 ids = [m.id for m in rest if m.id is not None]
@@ -435,14 +436,11 @@ class ZerdaSession:
                 messages, whole = await self._store.ahistory(self.session_id), True
             pairs: list[tuple[Message, list[Item]]] = []
             count = 0
-            hidden: set[str] = set()
+            if hide:
+                messages = _visible(messages)
             for i in range(len(messages) - 1, -1, -1):
                 if count >= wanted:
                     return pairs[::-1], False
-                if hide:
-                    hidden.update(_replaced(messages[i]))
-                if messages[i].id in hidden:
-                    continue
                 items = _items_of(messages[i])
                 if items:
                     pairs.append((messages[i], items))
@@ -626,19 +624,17 @@ class _InputView:
         return None
 
     def _messages_of(self, items: list[Item]) -> list[Message]:
-        converted = self._converted
+        """The messages of ``items``, each converted once while it is held."""
         out = []
         for i, item in enumerate(items):
             try:
                 key = json.dumps(item, sort_keys=True)
             except (TypeError, ValueError):  # _message_of says what is wrong with it
-                key = None
-            message = self._converted.get(key) if key is not None else None
-            if message is None:
-                message = _message_of(item, f"session_input_callback: items[{i}]")
-            if key is not None:
-                converted[key] = message
-            out.append(message)
+                out.append(_message_of(item, f"session_input_callback: items[{i}]"))
+                continue
+            if key not in self._converted:
+                self._converted[key] = _message_of(item, f"session_input_callback: items[{i}]")
+            out.append(self._converted[key])
         return out
 
 
