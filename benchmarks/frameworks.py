@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-FRAMEWORKS = ["openai_agents"]
+FRAMEWORKS = ["openai_agents", "pydantic_ai"]
 """The frameworks measured, each by ``benchmarks/_framework_NAME.py`` (issue #29 adds Pydantic
 AI, LangChain agents, Google ADK and Strands as their adapters land)."""
 

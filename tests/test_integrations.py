@@ -38,6 +38,12 @@ ADAPTERS = [
     ("zerda.integrations.langchain", "langchain_core", "langchain"),
     ("zerda.integrations.llama_index", "llama_index.core", "llamaindex"),
 ]
+"""The adapters with message converters (``to_NAME`` / ``from_NAME``)."""
+AGENT_ADAPTERS = [
+    # the agent SDKs' adapters: sessions and memories over a Zerda store, no converters
+    ("zerda.integrations.openai_agents", "agents", "openai-agents"),
+    ("zerda.integrations.pydantic_ai", "pydantic_ai", "pydantic-ai"),
+]
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
@@ -46,7 +52,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(("adapter", "framework", "extra"), ADAPTERS)
+@pytest.mark.parametrize(("adapter", "framework", "extra"), ADAPTERS + AGENT_ADAPTERS)
 def test_import_zerda_does_not_import_the_framework(
     adapter: str, framework: str, extra: str
 ) -> None:
@@ -58,7 +64,7 @@ def test_import_zerda_does_not_import_the_framework(
     assert run.returncode == 0, run.stderr
 
 
-@pytest.mark.parametrize(("adapter", "framework", "extra"), ADAPTERS)
+@pytest.mark.parametrize(("adapter", "framework", "extra"), ADAPTERS + AGENT_ADAPTERS)
 def test_a_missing_framework_names_the_extra(adapter: str, framework: str, extra: str) -> None:
     run = _run(
         "import sys\n"

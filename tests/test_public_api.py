@@ -16,6 +16,7 @@ import zerda.formats
 import zerda.integrations.langchain
 import zerda.integrations.llama_index
 import zerda.integrations.openai_agents
+import zerda.integrations.pydantic_ai
 import zerda.memory
 import zerda.messages
 import zerda.server
@@ -55,6 +56,7 @@ PUBLIC_MODULES = [
     zerda.integrations.langchain,
     zerda.integrations.llama_index,
     zerda.integrations.openai_agents,
+    zerda.integrations.pydantic_ai,
 ]
 
 
