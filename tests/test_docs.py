@@ -212,3 +212,28 @@ def test_quickstart_example_shows_the_window_keeping_tool_calls_whole() -> None:
     assert "tool:" not in turn4
     assert "message_count: 2" in run.stdout
     assert "stored_messages: 11" in run.stdout
+
+
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
+
+
+def _broken_links(page: Path) -> list[str]:
+    """The relative links of ``page`` (a Markdown file) that name no file in the repository."""
+    targets = LINK.findall(page.read_text(encoding="utf-8"))
+    return [
+        t
+        for t in targets
+        if "://" not in t and not t.startswith("mailto:") and not (page.parent / t).exists()
+    ]
+
+
+def test_every_relative_link_names_a_file() -> None:
+    broken = {str(p.relative_to(ROOT)): _broken_links(p) for p in PAGES}
+    assert {page: links for page, links in broken.items() if links} == {}
+
+
+def test_a_broken_link_is_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    (tmp_path / "there.md").write_text("")
+    page.write_text("[a](there.md) [b](missing.md#part) [c](https://example.com/x.md)")
+    assert _broken_links(page) == ["missing.md"]
