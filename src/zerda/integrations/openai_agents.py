@@ -28,6 +28,7 @@ from typing import Any, cast
 from zerda._checks import MAX_METADATA_DEPTH, check_json_value
 from zerda.errors import ConfigurationError, InvalidMessageError
 from zerda.formats import from_responses, to_responses
+from zerda.integrations._memory import memory_on
 from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
@@ -220,24 +221,8 @@ class ZerdaSession:
         memory: BaseMemory[Any] | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
-        if memory is None:
-            memory = ConversationBufferMemory(store=store, session_id=session_id)
-        elif not isinstance(memory, BaseMemory):
-            raise ConfigurationError(
-                f"ZerdaSession takes a Zerda memory (memory=...), got {type(memory).__name__}"
-            )
-        elif store is not None:
-            raise ConfigurationError(
-                "ZerdaSession takes store= or memory=, not both: the memory's store holds the "
-                "session"
-            )
-        elif memory.session_id != session_id:
-            raise ConfigurationError(
-                f"the memory is on session {memory.session_id!r}, not {session_id!r}: build it "
-                f"with session_id={session_id!r}"
-            )
-        self.memory = memory
-        given = memory.store
+        self.memory = memory_on("ZerdaSession", session_id, store, memory)
+        given = self.memory.store
         self._store: AsyncStore = given if isinstance(given, AsyncStore) else AsyncOverThread(given)
         if isinstance(session_settings, Mapping):
             session_settings = coerce_session_settings(dict(session_settings))

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from zerda.errors import ConfigurationError, InvalidMessageError
+from zerda.integrations._memory import memory_on
 from zerda.memory import (
     BaseMemory,
     ConversationBufferMemory,
@@ -544,25 +545,8 @@ class ZerdaMessageHistory:
         store: Store | AsyncStore | None = None,
         memory: BaseMemory[Any] | None = None,
     ) -> None:
-        if memory is None:
-            memory = ConversationBufferMemory(store=store, session_id=session_id)
-        elif not isinstance(memory, BaseMemory):
-            raise ConfigurationError(
-                "ZerdaMessageHistory takes a Zerda memory (memory=...), got "
-                f"{type(memory).__name__}"
-            )
-        elif store is not None:
-            raise ConfigurationError(
-                "ZerdaMessageHistory takes store= or memory=, not both: the memory's store holds "
-                "the messages"
-            )
-        elif memory.session_id != session_id:
-            raise ConfigurationError(
-                f"the memory is on session {memory.session_id!r}, not {session_id!r}: build it "
-                f"with session_id={session_id!r}"
-            )
-        self.memory = memory
-        given = memory.store
+        self.memory = memory_on("ZerdaMessageHistory", session_id, store, memory)
+        given = self.memory.store
         self._sync: Store | None = given if isinstance(given, Store) else None
         self._async: AsyncStore = given if isinstance(given, AsyncStore) else AsyncOverThread(given)
 
