@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from _sessions import session_dicts
-from _turns import BUDGET, split
+from _turns import BUDGET, disk_bytes, split
 
 from zerda import Message, TiktokenCounter, group_turns
 from zerda.formats import to_responses
@@ -38,10 +38,6 @@ def _turn_items(n_messages: int, turns: int) -> tuple[list[Any], list[list[Any]]
     timed = [to_responses(t.messages) for t in after[:turns]]
     assert len(timed) == turns, "the data set ran out of turns"
     return to_responses([m for t in prefill for m in t.messages]), timed
-
-
-def _bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.parent.glob(path.name + "*"))
 
 
 async def _turns(session: Any, timed: list[list[Any]], callback: Any) -> float:
@@ -70,7 +66,7 @@ async def _measure_one(n: int, turns: int, directory: Path) -> dict[str, object]
     sdk = SQLiteSession("bench", sdk_path)
     await sdk.add_items(prefill)
     sdk.close()
-    sdk_before = _bytes(sdk_path)
+    sdk_before = disk_bytes(sdk_path)
     sdk = SQLiteSession("bench", sdk_path)
     sdk_seconds = await _turns(sdk, timed, None)
     sdk.close()
@@ -79,7 +75,7 @@ async def _measure_one(n: int, turns: int, directory: Path) -> dict[str, object]
     zerda = ZerdaSession("bench", store=store, session_settings=SessionSettings(limit=LIMIT))
     await zerda.add_items(prefill)
     store.close()
-    zerda_before = _bytes(zerda_path)
+    zerda_before = disk_bytes(zerda_path)
     store = SQLiteStore(zerda_path)
     zerda = ZerdaSession("bench", store=store, session_settings=SessionSettings(limit=LIMIT))
     callback = zerda.input_callback(
@@ -96,8 +92,8 @@ async def _measure_one(n: int, turns: int, directory: Path) -> dict[str, object]
         "messages": len(prefill),
         "baseline_us": round(sdk_seconds * 1e6),
         "zerda_us": round(zerda_seconds * 1e6),
-        "baseline_bytes": round((_bytes(sdk_path) - sdk_before) / turns),
-        "zerda_bytes": round((_bytes(zerda_path) - zerda_before) / turns),
+        "baseline_bytes": round((disk_bytes(sdk_path) - sdk_before) / turns),
+        "zerda_bytes": round((disk_bytes(zerda_path) - zerda_before) / turns),
     }
 
 

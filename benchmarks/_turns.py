@@ -6,6 +6,7 @@ import gc
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from zerda import Message, TiktokenCounter, Turn
@@ -21,6 +22,12 @@ from zerda.stores._base import TokenCounts
 BUDGET = 2000
 WINDOW = 10
 KINDS = {"token": f"TokenBuffer({BUDGET})", "window": f"Window(k={WINDOW})"}
+
+
+def disk_bytes(path: Path) -> int:
+    """The bytes a SQLite database at ``path`` takes on disk, its ``-wal`` and ``-shm`` files
+    included."""
+    return sum(f.stat().st_size for f in path.parent.glob(path.name + "*"))
 
 
 def split(turns: Sequence[Turn], size: int) -> tuple[list[Turn], list[Turn]]:
