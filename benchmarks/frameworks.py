@@ -1,11 +1,12 @@
 """Each agent SDK's default session or memory beside Zerda's, at 500, 2,000 and 8,000 messages.
 
 A turn is the memory work an agent framework does around one model call: read what the model
-is sent and record the turn's new messages (no model is called). Per framework, one run
-times the framework's default (its SQLite session, checkpointer or file store, reading the
-whole conversation as it does by default) and Zerda's adapter over a SQLiteStore, on the same
-turns of the same session, and measures the bytes each one writes to disk per turn. The
-modules ``benchmarks/_framework_*.py`` say what exactly each side does.
+is sent and record the turn's new messages (no model is called, or, where the framework's loop
+cannot run without one, a scripted model that answers at once, on both sides alike). Per
+framework, one run times the framework's default (its SQLite session, checkpointer or file
+store, reading the whole conversation as it does by default) and Zerda's adapter over a
+SQLiteStore, on the same turns of the same session, and measures the bytes each one writes to
+disk per turn. The modules ``benchmarks/_framework_*.py`` say what exactly each side does.
 
     .venv/bin/python benchmarks/frameworks.py                 # the full run
     .venv/bin/python benchmarks/frameworks.py --quick         # a smoke run
@@ -30,9 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-FRAMEWORKS = ["openai_agents", "pydantic_ai"]
-"""The frameworks measured, each by ``benchmarks/_framework_NAME.py`` (issue #29 adds Pydantic
-AI, LangChain agents, Google ADK and Strands as their adapters land)."""
+FRAMEWORKS = ["openai_agents", "pydantic_ai", "langchain_agents", "strands"]
+"""The frameworks measured, each by ``benchmarks/_framework_NAME.py``."""
 
 
 def _ratio(a: object, b: object) -> str:

@@ -43,6 +43,8 @@ AGENT_ADAPTERS = [
     # the agent SDKs' adapters: sessions and memories over a Zerda store, no converters
     ("zerda.integrations.openai_agents", "agents", "openai-agents"),
     ("zerda.integrations.pydantic_ai", "pydantic_ai", "pydantic-ai"),
+    ("zerda.integrations._langchain_agents", "langchain", "langchain-agents"),
+    ("zerda.integrations.strands", "strands", "strands"),
 ]
 
 

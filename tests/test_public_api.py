@@ -17,6 +17,7 @@ import zerda.integrations.langchain
 import zerda.integrations.llama_index
 import zerda.integrations.openai_agents
 import zerda.integrations.pydantic_ai
+import zerda.integrations.strands
 import zerda.memory
 import zerda.messages
 import zerda.server
@@ -57,6 +58,7 @@ PUBLIC_MODULES = [
     zerda.integrations.llama_index,
     zerda.integrations.openai_agents,
     zerda.integrations.pydantic_ai,
+    zerda.integrations.strands,
 ]
 
 

@@ -18,13 +18,18 @@ LangChain's fields would not give back exactly) travel in ``additional_kwargs["z
 chat model integrations do not send to the model. The history leaves that key out unless built
 with ``include_zerda_fields=True``: the messages it gives back are ``==`` to those added (what
 LangChain's fields held is kept in ``metadata["langchain"]``).
+
+``ZerdaMiddleware(memory)`` is LangChain 1.x agent middleware for ``create_agent(...,
+middleware=[...])``: the model is sent the memory's context, and the thread is kept in the
+memory's store. It needs ``langchain`` 1.x (``pip install 'zerda-memory[langchain-agents]'``),
+which this module imports only when the name is first used.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerda._media import data_url, split_data_url
 from zerda.errors import ConfigurationError, InvalidMessageError
@@ -59,9 +64,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without langchai
         "zerda.integrations.langchain needs langchain-core: pip install 'zerda-memory[langchain]'"
     ) from exc
 
+if TYPE_CHECKING:
+    from zerda.integrations._langchain_agents import ZerdaMiddleware
+
 __all__ = [
     "ZERDA_KEY",
     "ZerdaChatMessageHistory",
+    "ZerdaMiddleware",
     "from_langchain",
     "from_langchain_messages",
     "to_langchain",
@@ -71,6 +80,18 @@ __all__ = [
 ZERDA_KEY = "zerda"
 """The ``additional_kwargs`` key under which :func:`to_langchain` keeps what LangChain's
 message fields cannot hold."""
+
+
+def __getattr__(name: str) -> Any:
+    """``ZerdaMiddleware``, imported on first use: it needs ``langchain`` 1.x, which the rest
+    of this module does not."""
+    if name != "ZerdaMiddleware":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from zerda.integrations._langchain_agents import ZerdaMiddleware
+
+    globals()[name] = ZerdaMiddleware
+    return ZerdaMiddleware
+
 
 _OPENAI_ROLE = "__openai_role__"
 """langchain-openai's mark on a ``SystemMessage`` that is a developer message, both ways."""

@@ -28,6 +28,7 @@ from typing import Any, cast
 from zerda._checks import MAX_METADATA_DEPTH, check_json_value
 from zerda.errors import ConfigurationError, InvalidMessageError
 from zerda.formats import from_responses, to_responses
+from zerda.integrations._json import shown
 from zerda.integrations._memory import memory_on
 from zerda.memory import (
     BaseMemory,
@@ -100,29 +101,9 @@ def _message_of(item: object, where: str) -> Message:
     role = item.get("role")
     return Message(
         _ROLES.get(role, Role.ASSISTANT) if isinstance(role, str) else Role.ASSISTANT,
-        _shown(item),
+        shown(item),
         metadata=kept,
     )
-
-
-def _shown(item: Mapping[str, Any]) -> str:
-    """What a message holding an item Zerda does not model says, to count it and to read it
-    in the CLI: the item's JSON, inline base64 data left out (a screenshot's text is not what
-    the model is billed for)."""
-    return json.dumps(_without_data(item), ensure_ascii=False, separators=(",", ":"))
-
-
-def _without_data(value: Any) -> Any:
-    if isinstance(value, str):
-        head, comma, data = value.partition(",")
-        if comma and value.startswith("data:") and head.endswith(";base64"):
-            return f"{head},<{len(data)} characters>"
-        return value
-    if isinstance(value, Mapping):
-        return {key: _without_data(v) for key, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_without_data(v) for v in value]
-    return value
 
 
 def _copied(value: Any) -> Any:
