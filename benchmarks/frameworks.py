@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-FRAMEWORKS = ["openai_agents", "pydantic_ai", "langchain_agents", "strands"]
+FRAMEWORKS = ["openai_agents", "pydantic_ai", "langchain_agents", "adk", "strands"]
 """The frameworks measured, each by ``benchmarks/_framework_NAME.py``."""
 
 

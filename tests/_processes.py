@@ -13,7 +13,10 @@ def run_processes(
     """Run ``target(*a, barrier)`` for each ``a`` in ``args``, each in a spawned process (no
     inherited locks or connections), all sharing one barrier so that they start together.
     Every process must exit with status 0; any still running after ``timeout`` is killed."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(
+        ["pytest", "hypothesis", "zerda.memory", "zerda.stores", "redis", "psycopg", "psycopg_pool"]
+    )
     barrier = ctx.Barrier(len(args))
     procs = [ctx.Process(target=target, args=(*a, barrier)) for a in args]
     try:

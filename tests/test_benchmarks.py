@@ -201,7 +201,14 @@ def test_frameworks_benchmark_runs_every_framework(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["skipped"] == {}, "make test installs every framework's extra"
     names = {row["framework"] for row in result["rows"]}
-    assert names == {"OpenAI Agents SDK", "Pydantic AI", "LangChain agents", "Strands Agents"}
+    assert names == {
+        "OpenAI Agents SDK",
+        "Pydantic AI",
+        "LangChain agents",
+        "Google ADK",
+        "Google ADK (50 recent events)",
+        "Strands Agents",
+    }
     for row in result["rows"]:
         assert row["messages"] >= 40
         assert row["baseline_us"] > 0

@@ -170,6 +170,34 @@ def test_a_newest_turn_over_the_budget_raises() -> None:
         agent.run_sync("question " + "z" * 400)
 
 
+@pytest.mark.parametrize("where", ["prompt", "return", "answer"])
+def test_a_newest_turn_over_the_budget_is_sent_cut_with_truncate(where: str) -> None:
+    """``overflow="truncate"`` keeps the newest turn within the budget by cutting its texts:
+    what the model is sent is cut as the memory cut it, not the whole text."""
+    long = "z" * 4000
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[SystemPromptPart(SYSTEM), UserPromptPart("question")]),
+        ModelResponse(parts=[TextPart("ok"), ToolCallPart("lookup", {"q": "a"}, "call_1")]),
+        ModelRequest(parts=[ToolReturnPart("lookup", "found", tool_call_id="call_1")]),
+        ModelResponse(parts=[TextPart("the answer")]),
+    ]
+    if where == "prompt":
+        history[0] = ModelRequest(parts=[SystemPromptPart(SYSTEM), UserPromptPart(long)])
+    elif where == "return":
+        history[2] = ModelRequest(parts=[ToolReturnPart("lookup", long, tool_call_id="call_1")])
+    else:
+        history[3] = ModelResponse(parts=[TextPart(long)])
+    limit = 200
+    sent = ZerdaHistory(token_limit=limit, counter=COUNTER, overflow="truncate").select(history)
+    memory = ConversationTokenBufferMemory(10**9, token_counter=COUNTER, session_id="x")
+    ZerdaMessageHistory("x", memory=memory).save(sent)
+    assert memory.get_memory_stats()["context_tokens"] <= limit
+    assert_valid(sent)
+    assert history[3] is not sent[-1] or where != "answer"
+    # Only the long text was cut; the parts around it are the objects given.
+    assert [type(p) for p in parts(sent)] == [type(p) for p in parts(history)]
+
+
 def test_an_orphan_return_in_a_stored_history_is_left_out() -> None:
     history = ZerdaMessageHistory("s")
     model = Scripted()

@@ -44,6 +44,7 @@ AGENT_ADAPTERS = [
     ("zerda.integrations.openai_agents", "agents", "openai-agents"),
     ("zerda.integrations.pydantic_ai", "pydantic_ai", "pydantic-ai"),
     ("zerda.integrations._langchain_agents", "langchain", "langchain-agents"),
+    ("zerda.integrations.adk", "google.adk", "adk"),
     ("zerda.integrations.strands", "strands", "strands"),
 ]
 

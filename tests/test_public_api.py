@@ -13,6 +13,7 @@ import zerda
 import zerda.chat
 import zerda.errors
 import zerda.formats
+import zerda.integrations.adk
 import zerda.integrations.langchain
 import zerda.integrations.llama_index
 import zerda.integrations.openai_agents
@@ -54,6 +55,7 @@ PUBLIC_MODULES = [
     zerda.server,
     zerda.stores,
     zerda.summarize,
+    zerda.integrations.adk,
     zerda.integrations.langchain,
     zerda.integrations.llama_index,
     zerda.integrations.openai_agents,

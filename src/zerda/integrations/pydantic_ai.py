@@ -260,20 +260,56 @@ def _arguments(part: BaseToolCallPart[Any]) -> str:
 def _chosen(
     messages: Sequence[ModelMessage],
     kept: Mapping[int, set[int]],
+    cut: Mapping[int, Mapping[int, Any]],
 ) -> list[ModelMessage]:
-    """``messages`` with only the parts ``kept`` says (by message index), in their order: the
-    very objects where every part is kept, a copy holding the kept parts where some are."""
+    """``messages`` with only the parts ``kept`` says (by message index), in their order, and
+    the parts ``cut`` says in place of theirs: the very objects where every part is kept as it
+    is, a copy holding the kept parts where not."""
     out: list[ModelMessage] = []
     for i, message in enumerate(messages):
         parts = kept.get(i)
         if not parts:
             continue
-        if len(parts) == len(message.parts):
+        changed = cut.get(i, {})
+        if len(parts) == len(message.parts) and not changed:
             out.append(message)
         else:
-            chosen = [message.parts[j] for j in sorted(parts)]
+            chosen = [changed.get(j, message.parts[j]) for j in sorted(parts)]
             out.append(dataclasses.replace(message, parts=chosen))  # type: ignore[arg-type]
     return out
+
+
+def _cut_parts(model_message: ModelMessage, piece: _Piece, shown: Message) -> dict[int, Any]:
+    """The parts of ``piece`` whose text the memory cut to fit its budget (``overflow=
+    "truncate"``), cut likewise, by part index: a request's prompt or return (the piece's
+    last part), a response's texts (in the order the piece holds them)."""
+    if shown.content == piece.message.content:
+        return {}
+    if isinstance(model_message, ModelRequest):
+        j = piece.parts[-1]
+        part: Any = model_message.parts[j]  # a prompt, a return or a retry: each has content
+        if not isinstance(shown.content, str) or not hasattr(part, "content"):
+            return {}
+        return {j: dataclasses.replace(part, content=shown.content)}
+    texts = [
+        j
+        for j, part in enumerate(model_message.parts)
+        if isinstance(part, ModelTextPart) and part.content
+    ]
+    before, after = piece.message.content, shown.content
+    pairs: list[tuple[int, str]] = []
+    if isinstance(after, str) and len(texts) == 1:
+        pairs = [(texts[0], after)]
+    elif isinstance(before, tuple) and isinstance(after, tuple):
+        originals = [p for p in before if isinstance(p, TextPart)]
+        shortened = [p for p in after if isinstance(p, TextPart)]
+        pairs = [
+            (j, b.text)
+            for j, a, b in zip(texts, originals, shortened, strict=False)
+            if a.text != b.text
+        ]
+    given: list[Any] = list(model_message.parts)
+    return {j: dataclasses.replace(given[j], content=text) for j, text in pairs}
 
 
 def _kept_parts(piece: _Piece, shown: Message) -> set[int]:
@@ -376,10 +412,12 @@ class ZerdaHistory:
         memory = self._make(InMemoryStore())
         memory.add_messages(batch)
         kept: dict[int, set[int]] = {}
+        cut: dict[int, dict[int, Any]] = {}
         for shown in memory.get_context():
             at, piece = pieces[shown.id or ""]
             kept.setdefault(at, set()).update(_kept_parts(piece, shown))
-        return _chosen(messages, kept)
+            cut.setdefault(at, {}).update(_cut_parts(messages[at], piece, shown))
+        return _chosen(messages, kept, cut)
 
     def __call__(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         return self.select(messages)
