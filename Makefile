@@ -55,8 +55,11 @@ format: $(VENV)/.dev
 
 # Two workers (pytest-xdist): the suite is hundreds of tests that each wait on a server or a
 # subprocess; every test keeps to its own key prefix, schema or folder, so they run side by side.
+# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as on the CI machine): without
+# it every worker and every `zerda` subprocess of the tests compiles the package and rewrites
+# the test modules again. PYTEST_ARGS adds options: make test PYTEST_ARGS="-k sqlite --lf".
 test: lint
-	$(BIN)/pytest -n 2
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 2 $(PYTEST_ARGS)
 
 bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/token_buffer.py

@@ -755,7 +755,10 @@ def test_sigkill_while_writing_loses_no_acknowledged_batch(path: Path) -> None:
         while not temp_files(path.parent):
             assert child.poll() is None, f"the writer died: {child.communicate()[1]}"
         child.send_signal(signal.SIGKILL)
-        rest, _ = child.communicate()
+        child.wait()
+        # Read through the file object, not communicate(), which reads the pipe itself and
+        # would miss lines readline() has already buffered here.
+        rest = child.stdout.read()
     finally:
         child.kill()
         child.communicate()
