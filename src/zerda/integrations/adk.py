@@ -33,18 +33,13 @@ import hashlib
 import json
 import string
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from zerda.errors import ConfigurationError, CorruptDataError, InvalidMessageError, warn
 from zerda.formats import from_gemini
 from zerda.integrations._json import shown as shown_json
-from zerda.memory import (
-    BaseMemory,
-    ConversationBufferMemory,
-    ConversationBufferWindowMemory,
-    ConversationTokenBufferMemory,
-)
+from zerda.integrations._memory import selecting_memory
 from zerda.memory._flow import DeleteMessages, Flow, adrive
 from zerda.memory._record import changed_turn, forget_summary
 from zerda.messages import Message, Role
@@ -875,38 +870,17 @@ class ZerdaContext:
         overflow: Overflow = "raise",
         strict: bool = False,
     ) -> None:
-        if k is not None and token_limit is not None:
-            raise ConfigurationError("ZerdaContext takes k or token_limit, not both")
-        if token_limit is None and (counter is not None or reserve_tokens):
-            raise ConfigurationError(
-                "counter and reserve_tokens are for token_limit: give token_limit too"
-            )
-        if overflow not in ("raise", "truncate"):
-            raise ConfigurationError(f"overflow must be 'raise' or 'truncate', got {overflow!r}")
+        self._make = selecting_memory(
+            "ZerdaContext",
+            k=k,
+            token_limit=token_limit,
+            counter=counter,
+            reserve_tokens=reserve_tokens,
+            overflow=overflow,
+            strict=strict,
+        )
         self.k = k
         self.token_limit = token_limit
-        self._make: Callable[[Store], BaseMemory[Any]]
-        if token_limit is not None:
-            limit = token_limit
-            ConversationTokenBufferMemory(  # checks the arguments now, not at the first request
-                limit, token_counter=counter, reserve_tokens=reserve_tokens, overflow=overflow
-            )
-            self._make = lambda store: ConversationTokenBufferMemory(
-                limit,
-                token_counter=counter,
-                reserve_tokens=reserve_tokens,
-                overflow=overflow,
-                store=store,
-                strict=strict,
-            )
-        elif k is not None:
-            window = k
-            ConversationBufferWindowMemory(k=window)
-            self._make = lambda store: ConversationBufferWindowMemory(
-                k=window, store=store, strict=strict
-            )
-        else:
-            self._make = lambda store: ConversationBufferMemory(store=store, strict=strict)
 
     def select(self, contents: Sequence[types.Content]) -> list[types.Content]:
         """The contents to send: what the memory keeps of ``contents`` (see the class)."""

@@ -19,16 +19,13 @@ over a Zerda store, where the installed Pydantic AI has that base class.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from zerda.errors import ConfigurationError, InvalidMessageError
-from zerda.integrations._memory import memory_on
+from zerda.integrations._memory import memory_on, selecting_memory
 from zerda.memory import (
     BaseMemory,
-    ConversationBufferMemory,
-    ConversationBufferWindowMemory,
-    ConversationTokenBufferMemory,
 )
 from zerda.messages import Message, Role, ToolCall, new_message_id
 from zerda.parts import Part, ReasoningPart, TextPart
@@ -362,38 +359,17 @@ class ZerdaHistory:
         overflow: Overflow = "raise",
         strict: bool = False,
     ) -> None:
-        if k is not None and token_limit is not None:
-            raise ConfigurationError("ZerdaHistory takes k or token_limit, not both")
-        if token_limit is None and (counter is not None or reserve_tokens):
-            raise ConfigurationError(
-                "counter and reserve_tokens are for token_limit: give token_limit too"
-            )
-        if overflow not in ("raise", "truncate"):
-            raise ConfigurationError(f"overflow must be 'raise' or 'truncate', got {overflow!r}")
+        self._make = selecting_memory(
+            "ZerdaHistory",
+            k=k,
+            token_limit=token_limit,
+            counter=counter,
+            reserve_tokens=reserve_tokens,
+            overflow=overflow,
+            strict=strict,
+        )
         self.k = k
         self.token_limit = token_limit
-        self._make: Callable[[Store], BaseMemory[Any]]
-        if token_limit is not None:
-            limit = token_limit
-            ConversationTokenBufferMemory(  # checks the arguments now, not at the first request
-                limit, token_counter=counter, reserve_tokens=reserve_tokens, overflow=overflow
-            )
-            self._make = lambda store: ConversationTokenBufferMemory(
-                limit,
-                token_counter=counter,
-                reserve_tokens=reserve_tokens,
-                overflow=overflow,
-                store=store,
-                strict=strict,
-            )
-        elif k is not None:
-            window = k
-            ConversationBufferWindowMemory(k=window)
-            self._make = lambda store: ConversationBufferWindowMemory(
-                k=window, store=store, strict=strict
-            )
-        else:
-            self._make = lambda store: ConversationBufferMemory(store=store, strict=strict)
 
     def select(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         """The messages to send: what the memory keeps of ``messages`` (see the class)."""

@@ -37,10 +37,9 @@ from zerda.errors import (
     InvalidMessageError,
 )
 from zerda.integrations._json import shown, storable
-from zerda.integrations._memory import memory_on
+from zerda.integrations._memory import memory_on, selecting_memory
 from zerda.memory import (
     BaseMemory,
-    ConversationBufferMemory,
     ConversationBufferWindowMemory,
     ConversationTokenBufferMemory,
 )
@@ -495,12 +494,6 @@ class ZerdaConversationManager(ConversationManager):
         strict: bool = False,
         proactive_compression: bool | ProactiveCompressionConfig | None = None,
     ) -> None:
-        if k is not None and token_limit is not None:
-            raise ConfigurationError("ZerdaConversationManager takes k or token_limit, not both")
-        if token_limit is None and (counter is not None or reserve_tokens):
-            raise ConfigurationError(
-                "counter and reserve_tokens are for token_limit: give token_limit too"
-            )
         if not isinstance(per_turn, bool) and (not isinstance(per_turn, int) or per_turn <= 0):
             raise ConfigurationError(
                 f"per_turn must be True, False or a positive integer, got {per_turn!r}"
@@ -516,31 +509,19 @@ class ZerdaConversationManager(ConversationManager):
         self._model_calls = 0
         self._counter: TokenCounter | None = None
         self._budget = 0
-        self._make: Callable[[Store], BaseMemory[Any]]
-        if token_limit is not None:
-            limit = token_limit
-            # Checks the arguments now, and resolves the counter once, not at every trim.
-            probe = ConversationTokenBufferMemory(
-                limit, token_counter=counter, reserve_tokens=reserve_tokens, overflow="raise"
-            )
-            counted = self._counter = probe.token_counter
+        self._make = selecting_memory(
+            "ZerdaConversationManager",
+            k=k,
+            token_limit=token_limit,
+            counter=counter,
+            reserve_tokens=reserve_tokens,
+            overflow="raise",
+            strict=strict,
+        )
+        probe = self._make(InMemoryStore())
+        if isinstance(probe, ConversationTokenBufferMemory):
+            self._counter = probe.token_counter
             self._budget = probe.budget
-            self._make = lambda store: ConversationTokenBufferMemory(
-                limit,
-                token_counter=counted,
-                reserve_tokens=reserve_tokens,
-                overflow="raise",
-                store=store,
-                strict=strict,
-            )
-        elif k is not None:
-            window = k
-            ConversationBufferWindowMemory(k=window)
-            self._make = lambda store: ConversationBufferWindowMemory(
-                k=window, store=store, strict=strict
-            )
-        else:
-            self._make = lambda store: ConversationBufferMemory(store=store, strict=strict)
 
     # -- the Strands protocol ----------------------------------------------------------------------
 
