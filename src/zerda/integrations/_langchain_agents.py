@@ -43,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without langchai
 
 from zerda.errors import ConfigurationError, InvalidMessageError
 from zerda.integrations._json import shown, storable
-from zerda.integrations.langchain import _TOOL_BLOCKS, from_langchain, to_langchain
+from zerda.integrations._langchain_messages import _TOOL_BLOCKS, from_langchain, to_langchain
 from zerda.memory import BaseMemory, ConversationTokenBufferMemory
 from zerda.messages import MAX_ID_LENGTH, Message, Role
 from zerda.stores import AsyncStore, Store, check_session_id
