@@ -53,12 +53,13 @@ format: $(VENV)/.dev
 	$(BIN)/ruff check --fix $(CODE)
 	$(BIN)/ruff format $(CODE)
 
-# Two workers (pytest-xdist): the suite is hundreds of tests that each wait on a server or a
-# subprocess; every test keeps to its own key prefix, schema or folder, so they run side by side.
+# The suite alone (`make lint` checks the code; .ci/run runs both), on two workers
+# (pytest-xdist): the suite is hundreds of tests that each wait on a server or a subprocess;
+# every test keeps to its own key prefix, schema or folder, so they run side by side.
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as on the CI machine): without
 # it every worker and every `zerda` subprocess of the tests compiles the package and rewrites
 # the test modules again. PYTEST_ARGS adds options: make test PYTEST_ARGS="-k sqlite --lf".
-test: lint
+test: $(VENV)/.dev
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 2 $(PYTEST_ARGS)
 
 bench: $(VENV)/.dev
