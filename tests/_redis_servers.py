@@ -201,6 +201,7 @@ class RedisCluster:
     def __init__(self, folder: Path, primaries: int = 3) -> None:
         self.folder = folder
         self.nodes: list[RedisServer] = []
+        self._admin: Any = None
         ports: set[int] = set()
         while len(ports) < primaries:
             ports.add(free_port(bus=True))
@@ -228,6 +229,15 @@ class RedisCluster:
     @property
     def ports(self) -> list[int]:
         return [node.port for node in self.nodes]
+
+    def admin(self) -> Any:
+        """A ``redis.cluster.RedisCluster`` client of the cluster, made once (finding the
+        cluster's slots costs round trips to every node) and closed by :meth:`kill`."""
+        if self._admin is None:
+            import redis.cluster
+
+            self._admin = redis.cluster.RedisCluster(host="127.0.0.1", port=self.ports[0])
+        return self._admin
 
     def start(self, wait: float = 60) -> None:
         _, cli = server_binaries()
@@ -281,6 +291,9 @@ class RedisCluster:
             time.sleep(0.05)  # readiness polling of a server starting up, not a test's wait
 
     def kill(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            admin.close()
         for node in self.nodes:
             node.kill()
 
@@ -307,5 +320,5 @@ def drop_keys(client: Any, prefix: str) -> None:
     """Delete every key under ``prefix`` (the test's own; never anyone else's), through a
     ``redis.Redis`` or, on every primary, a ``redis.cluster.RedisCluster``."""
     keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-    for key in keys:
-        client.delete(key)
+    for start in range(0, len(keys), 500):  # one command a batch (a cluster splits it by slot)
+        client.delete(*keys[start : start + 500])

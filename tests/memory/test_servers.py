@@ -33,10 +33,12 @@ class _Redis:
         if self.cluster:
             cluster: RedisCluster = request.getfixturevalue("redis_cluster")
             self.url = cluster.url
-            admin: Any = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.ports[0])
-        else:
-            self.url = require_redis()
-            admin = redis.Redis.from_url(self.url)
+            self.prefix = fresh_prefix()
+            yield
+            drop_keys(cluster.admin(), self.prefix)
+            return
+        self.url = require_redis()
+        admin = redis.Redis.from_url(self.url)
         self.prefix = fresh_prefix()
         yield
         try:

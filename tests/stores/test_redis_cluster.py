@@ -63,11 +63,7 @@ class _ClusterContract:
         self.base = fresh_prefix()
         self._made = itertools.count()
         yield
-        client = redis.cluster.RedisCluster.from_url(seed(redis_cluster))
-        try:
-            drop_keys(client, self.base)
-        finally:
-            client.close()
+        drop_keys(redis_cluster.admin(), self.base)
 
     def next_prefix(self) -> str:
         return f"{self.base}.{next(self._made)}"
