@@ -1,4 +1,5 @@
-"""The ``zerda`` command, run for real in subprocesses, and ``open_store`` behind its --db."""
+"""The ``zerda`` command, run as a process runs it (in this one, a few in real subprocesses), and
+``open_store`` behind its --db."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import gzip
 import io
 import json
+import logging
 import os
 import re
 import struct
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 import wave
 import zlib
 from collections.abc import Iterator, Sequence
@@ -96,8 +99,24 @@ class Run:
         return lines[0]
 
 
+MODULE = (sys.executable, "-m", "zerda.cli")
+"""The command as a subprocess runs it."""
+
+# Python's own warning filters, which a `zerda` process starts with (pytest's are others).
+PYTHON_WARNING_FILTERS = [
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, None),
+    ("ignore", PendingDeprecationWarning, None),
+    ("ignore", ImportWarning, None),
+    ("ignore", ResourceWarning, None),
+]
+
+
 class Zerda:
-    """Runs ``python -m zerda.cli`` with its own database and a clean environment."""
+    """Runs the ``zerda`` command with its own database and a clean environment: ``main()``
+    in this process, as a fresh process would run it (its environment, folder, standard
+    streams, warning filters, and no logging set up); or, given ``program`` or ``fresh=True``,
+    a real subprocess (``python -m zerda.cli``), for what only a process shows."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp = tmp_path
@@ -122,21 +141,66 @@ class Zerda:
         use_db: bool = True,
         stdin: bytes | None = None,
         env: dict[str, str] | None = None,
-        program: Sequence[str] = (sys.executable, "-m", "zerda.cli"),
+        program: Sequence[str] = MODULE,
+        fresh: bool = False,
     ) -> Run:
-        argv = [*program]
+        argv = [*args]
         if use_db:
-            argv += ["--db", str(db if db is not None else self.db)]
+            argv = ["--db", str(db if db is not None else self.db), *argv]
+        environment = {**self.env, **(env or {})}
+        if not fresh and tuple(program) == MODULE:
+            return self._in_process(argv, stdin, environment)
         run = subprocess.run(
-            [*argv, *args],
+            [*program, *argv],
             input=stdin,
             capture_output=True,
-            env={**self.env, **(env or {})},
+            env=environment,
             cwd=self.tmp,
             timeout=120,
             check=False,
         )
         return Run(run.returncode, run.stdout.decode("utf-8"), run.stderr.decode("utf-8"))
+
+    def _in_process(self, argv: list[str], stdin: bytes | None, env: dict[str, str]) -> Run:
+        from zerda.cli import main
+
+        streams = {
+            name: io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="")
+            for name in ("stdout", "stderr")
+        }
+        given = io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8")
+        saved = (dict(os.environ), os.getcwd(), sys.stdin, sys.stdout, sys.stderr)
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        try:
+            os.environ.clear()
+            os.environ.update(env)
+            time.tzset()
+            os.chdir(self.tmp)
+            sys.stdin, sys.stdout, sys.stderr = given, streams["stdout"], streams["stderr"]
+            # As in a new process: no handler, so the library's warnings reach standard error
+            # through logging's last resort, as a user sees them.
+            root.handlers, root.level = [], logging.WARNING
+            with warnings.catch_warnings():
+                warnings.resetwarnings()
+                for action, category, module in PYTHON_WARNING_FILTERS:
+                    warnings.filterwarnings(action, category=category, module=module or "")
+                code = main(argv)
+        finally:
+            root.handlers, root.level = handlers, level
+            environ, cwd, sys.stdin, sys.stdout, sys.stderr = saved
+            os.environ.clear()
+            os.environ.update(environ)
+            time.tzset()
+            os.chdir(cwd)
+        out, err = (streams[n] for n in ("stdout", "stderr"))
+        out.flush()
+        err.flush()
+        return Run(
+            code,
+            out.buffer.getvalue().decode("utf-8"),  # type: ignore[attr-defined]
+            err.buffer.getvalue().decode("utf-8"),  # type: ignore[attr-defined]
+        )
 
     def imported(self, session: str = "demo", path: Path = EXAMPLE) -> Run:
         return self("import", str(path), "--session", session).succeeded()
@@ -299,7 +363,9 @@ def test_a_conversation_in_a_file_of_messages_is_a_bad_line(cli: Zerda) -> None:
 
 @needs_sqlite
 def test_import_reads_standard_input(cli: Zerda, sqlite: SQLiteStore) -> None:
-    run = cli("import", "-", "--session", "piped", stdin=EXAMPLE.read_bytes()).succeeded()
+    run = cli(
+        "import", "-", "--session", "piped", stdin=EXAMPLE.read_bytes(), fresh=True
+    ).succeeded()  # a real pipe
     assert "from <stdin>" in run.out
     assert len(sqlite.history("piped")) == 20
 
@@ -559,7 +625,8 @@ def test_a_zerda_warning_is_one_line(cli: Zerda) -> None:
         "HTTPS_PROXY": "http://127.0.0.1:9",
         "https_proxy": "http://127.0.0.1:9",
     }
-    run = cli("show", "demo", "--counter", "default", env=offline).succeeded()
+    # A fresh process: the warning is said once a process.
+    run = cli("show", "demo", "--counter", "default", env=offline, fresh=True).succeeded()
     assert "tokens by approx:chars/4" in run.out
     (line,) = run.err.splitlines()
     # Once, in one line a terminal shows whole, with the fix in the command line's terms.

@@ -1,6 +1,6 @@
-"""``zerda chat``, run for real in subprocesses against the local fake OpenAI server: piped
-input with its commands, what each request holds, the API key, a failing endpoint, and a
-session in a pseudo-terminal."""
+"""``zerda chat`` against the local fake OpenAI server: piped input with its commands, what each
+request holds, the API key, a failing endpoint (``main()`` as a process runs it, see
+test_cli.Zerda), and a session in a pseudo-terminal (a real process)."""
 
 from __future__ import annotations
 
