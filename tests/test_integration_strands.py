@@ -298,7 +298,9 @@ def test_a_guardrails_redaction_is_stored_and_read_back(stores: Callable[[], Any
     assert said[0].text == "[prompt removed]"
     first_stored = [m.to_json() for m in said if m.metadata[METADATA_KEY]["index"] == 0]
     assert first_stored
-    assert all("4111" not in text for text in first_stored)  # nor in what it keeps
+    # Nor in what it keeps (seen failing once in a CI-like run, not reproduced: the messages
+    # of the session say what was left).
+    assert all("4111" not in text for text in first_stored), [m.to_json() for m in said]
 
 
 def test_an_updated_message_is_read_in_its_place(tmp_path: Path) -> None:
