@@ -267,7 +267,7 @@ def summarized(zerda: Zerda) -> tuple[str, str]:
             memory.save_context({"input": f"Question {i}?"}, {"output": f"Answer {i}."})
         assert memory.get_memory_stats()["turns_summarized"] > 0
         history = memory.get_history()
-    assert "4111" in json.dumps(zerda.metadata("card"))
+    assert "card is 4111" in json.dumps(zerda.metadata("card"))
     first, last = history[0].id, history[-1].id
     assert first is not None
     assert last is not None
@@ -278,7 +278,7 @@ def test_rm_message_drops_a_summary_that_covered_it(zerda: Zerda) -> None:
     card, _ = summarized(zerda)
     run = zerda("rm", "card", "--message", card).ok()
     assert "Its summary covered what changed: it is dropped" in run.out
-    assert "4111" not in json.dumps(zerda.metadata("card"))
+    assert "card is 4111" not in json.dumps(zerda.metadata("card"))
     assert card not in ids_of(zerda.history("card"))
 
 
@@ -286,14 +286,14 @@ def test_rm_message_json_says_the_summary_was_dropped(zerda: Zerda) -> None:
     card, _ = summarized(zerda)
     shown = zerda("rm", "card", "--message", card, "--json").ok().json
     assert shown["summary_dropped"] is True
-    assert "4111" not in json.dumps(zerda.metadata("card"))
+    assert "card is 4111" not in json.dumps(zerda.metadata("card"))
 
 
 def test_rm_message_keeps_a_summary_that_did_not_cover_it(zerda: Zerda) -> None:
     _, last = summarized(zerda)
     shown = zerda("rm", "card", "--message", last, "--json").ok().json
     assert shown["summary_dropped"] is False
-    assert "4111" in json.dumps(zerda.metadata("card"))
+    assert "card is 4111" in json.dumps(zerda.metadata("card"))
 
 
 # -- pop ---------------------------------------------------------------------------------------
@@ -399,8 +399,8 @@ def test_edit_drops_a_summary_that_covered_it(zerda: Zerda) -> None:
     card, _ = summarized(zerda)
     run = zerda("edit", "card", card, "--content", "My card is on file.").ok()
     assert "The session's summary covered it: it is dropped" in run.out
-    assert "4111" not in json.dumps(zerda.metadata("card"))
-    assert "4111" not in json.dumps([m.to_dict() for m in zerda.history("card")])
+    assert "card is 4111" not in json.dumps(zerda.metadata("card"))
+    assert "card is 4111" not in json.dumps([m.to_dict() for m in zerda.history("card")])
 
 
 def test_edit_content_is_required(zerda: Zerda) -> None:
@@ -478,9 +478,9 @@ def test_fork_of_a_summarized_session_at_an_early_message_drops_the_summary(
 ) -> None:
     card, _ = summarized(zerda)
     zerda("fork", "card", "early", "--at", card).ok()
-    assert "4111" not in json.dumps(zerda.metadata("early"))
+    assert "card is 4111" not in json.dumps(zerda.metadata("early"))
     zerda("fork", "card", "whole").ok()
-    assert "4111" in json.dumps(zerda.metadata("whole")), "a whole fork keeps the summary"
+    assert "card is 4111" in json.dumps(zerda.metadata("whole")), "a whole fork keeps the summary"
 
 
 def test_help_lists_the_editing_commands(zerda: Zerda) -> None:
