@@ -47,7 +47,7 @@ from zerda.integrations._langchain_messages import _TOOL_BLOCKS, from_langchain,
 from zerda.memory import BaseMemory, ConversationTokenBufferMemory
 from zerda.messages import MAX_ID_LENGTH, Message, Role
 from zerda.stores import AsyncStore, Store, check_session_id
-from zerda.stores._base import AsyncOverThread, BoundedCache, Tail
+from zerda.stores._base import BoundedCache, Tail, as_async
 
 __all__ = ["ZerdaMiddleware"]
 
@@ -262,7 +262,7 @@ class ZerdaMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.memory = memory
         store = memory.store
         self._sync: Store | None = store if isinstance(store, Store) else None
-        self._async: AsyncStore = store if isinstance(store, AsyncStore) else AsyncOverThread(store)
+        self._async: AsyncStore = as_async(store)
         self._memories: BoundedCache[str, BaseMemory[Any]] = BoundedCache(_THREADS)
         # Per session, the Zerda id of the newest state message recorded: the next state
         # holds it, and what follows it is what to record (no read of the store).

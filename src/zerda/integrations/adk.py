@@ -46,7 +46,7 @@ from zerda.messages import Message, Role
 from zerda.parts import TextPart
 from zerda.policies import Overflow
 from zerda.stores import AsyncStore, InMemoryStore, Store
-from zerda.stores._base import MAX_SESSION_ID_LENGTH, AsyncOverThread, Tail
+from zerda.stores._base import MAX_SESSION_ID_LENGTH, Tail, as_async
 from zerda.tokens import TokenCounterLike
 
 try:
@@ -413,6 +413,24 @@ def _merged(now: _Now, app: _Shared, user: _Shared) -> dict[str, Any]:
     return state
 
 
+def _session_of(
+    now: _Now, app: _Shared, user: _Shared, events: list[Event] | None = None
+) -> Session:
+    """The ADK session ``now`` reads as, with the app's and the user's state merged in and
+    the storage marker that later appends check it by."""
+    record = now.record
+    session = Session(
+        app_name=record["app_name"],
+        user_id=record["user_id"],
+        id=record["id"],
+        state=_merged(now, app, user),
+        events=events or [],
+        last_update_time=now.update_time,
+    )
+    _mark(session, now)
+    return session
+
+
 def _stale(session: Session, now: _Now) -> bool:
     """Whether ``session`` was loaded before the stored revision, as ADK's
     ``DatabaseSessionService`` tells: by the revision marker the session carries, else (a
@@ -460,7 +478,7 @@ class ZerdaSessionService(BaseSessionService):
                 f"ZerdaSessionService takes a Zerda store, got {type(given).__name__}"
             )
         self.store = given
-        self._io: AsyncStore = given if isinstance(given, AsyncStore) else AsyncOverThread(given)
+        self._io: AsyncStore = as_async(given)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -491,16 +509,7 @@ class ZerdaSessionService(BaseSessionService):
         if not await self._io.acompare_and_set(zid, SESSION_KEY, None, record):
             raise AlreadyExistsError(f"Session with id {session_id} already exists.")
         await self._apply_shared(record, scoped, _slot(record["token"], 0))
-        made = _now_of(record, [])
-        session = Session(
-            app_name=app_name,
-            user_id=user_id,
-            id=session_id,
-            state=_merged(made, *await self._shared(app_name, user_id)),
-            last_update_time=now,
-        )
-        _mark(session, made)
-        return session
+        return _session_of(_now_of(record, []), *await self._shared(app_name, user_id))
 
     async def get_session(
         self,
@@ -521,16 +530,7 @@ class ZerdaSessionService(BaseSessionService):
         if found is None:
             return None
         now, events = found
-        session = Session(
-            app_name=app_name,
-            user_id=user_id,
-            id=session_id,
-            state=_merged(now, *await self._shared(app_name, user_id)),
-            events=events,
-            last_update_time=now.update_time,
-        )
-        _mark(session, now)
-        return session
+        return _session_of(now, *await self._shared(app_name, user_id), events)
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
@@ -559,18 +559,9 @@ class ZerdaSessionService(BaseSessionService):
         by_user = {
             u: _shared_of(m.get(STATE_KEY)) for u, m in zip(users, user_records, strict=True)
         }
-        sessions = []
-        for record in records:
-            now = _now_of(record, [])
-            session = Session(
-                app_name=app_name,
-                user_id=record["user_id"],
-                id=record["id"],
-                state=_merged(now, app, by_user[record["user_id"]]),
-                last_update_time=now.update_time,
-            )
-            _mark(session, now)
-            sessions.append(session)
+        sessions = [
+            _session_of(_now_of(record, []), app, by_user[record["user_id"]]) for record in records
+        ]
         sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=sessions)
 

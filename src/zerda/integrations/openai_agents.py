@@ -41,7 +41,7 @@ from zerda.memory._flow import DeleteMessages, Flow, adrive
 from zerda.memory._record import Locate, changed_turn, forget_summary
 from zerda.messages import PINNED, Message, Role
 from zerda.stores import AsyncStore, InMemoryStore, Store
-from zerda.stores._base import AsyncOverThread
+from zerda.stores._base import as_async
 from zerda.tokens import TokenCounterLike
 
 try:
@@ -204,7 +204,7 @@ class ZerdaSession:
     ) -> None:
         self.memory = memory_on("ZerdaSession", session_id, store, memory)
         given = self.memory.store
-        self._store: AsyncStore = given if isinstance(given, AsyncStore) else AsyncOverThread(given)
+        self._store: AsyncStore = as_async(given)
         if isinstance(session_settings, Mapping):
             session_settings = coerce_session_settings(dict(session_settings))
         self.session_settings: SessionSettings | None = session_settings or SessionSettings()

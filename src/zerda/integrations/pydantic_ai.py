@@ -31,7 +31,7 @@ from zerda.messages import Message, Role, ToolCall, new_message_id
 from zerda.parts import Part, ReasoningPart, TextPart
 from zerda.policies import Overflow
 from zerda.stores import AsyncStore, InMemoryStore, Store
-from zerda.stores._base import AsyncOverThread
+from zerda.stores._base import as_async
 from zerda.tokens import TokenCounterLike
 
 try:
@@ -562,7 +562,7 @@ class ZerdaMessageHistory:
         self.memory = memory_on("ZerdaMessageHistory", session_id, store, memory)
         given = self.memory.store
         self._sync: Store | None = given if isinstance(given, Store) else None
-        self._async: AsyncStore = given if isinstance(given, AsyncStore) else AsyncOverThread(given)
+        self._async: AsyncStore = as_async(given)
 
     @property
     def session_id(self) -> str:
@@ -666,9 +666,7 @@ if _conversation_store is not None:
                     f"ZerdaConversationStore takes a Zerda store, got {type(given).__name__}"
                 )
             self.store = given
-            self._io: AsyncStore = (
-                given if isinstance(given, AsyncStore) else AsyncOverThread(given)
-            )
+            self._io: AsyncStore = as_async(given)
             self._where: dict[str, str] = {}  # entry id -> the session holding it
 
         # -- the record ---------------------------------------------------------------------

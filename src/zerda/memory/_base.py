@@ -47,13 +47,13 @@ from zerda.messages import (
 from zerda.parts import Part
 from zerda.policies import RepairEvent, count_repairs, rename_reused_ids, repair
 from zerda.stores._base import (
-    AsyncOverThread,
     AsyncStore,
     BoundedCache,
     Since,
     Store,
     Tail,
     TokenCounts,
+    as_async,
     check_ids,
     check_session_id,
 )
@@ -305,15 +305,12 @@ class BaseMemory(ABC, Generic[StatsT]):
             )
         self.store: Store | AsyncStore = InMemoryStore() if store is None else store
         self._sync: Store | None = self.store if isinstance(self.store, Store) else None
-        if isinstance(self.store, AsyncStore):
-            self._async: AsyncStore = self.store
-        elif self._sync is not None:
-            # Async calls over a sync store run its methods in a worker thread.
-            self._async = AsyncOverThread(self._sync)
-        else:
+        if self._sync is None and not isinstance(self.store, AsyncStore):
             raise ConfigurationError(
                 f"store must implement zerda.stores.Store or AsyncStore, got {store!r}"
             )
+        # Async calls over a sync store run its methods in a worker thread.
+        self._async: AsyncStore = as_async(self.store)
 
     # The context last read, kept to be advanced by what the store gained since (see
     # ``_advance``); set from each view's ``window``.

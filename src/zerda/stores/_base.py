@@ -840,3 +840,9 @@ class AsyncOverThread(ThreadedAsync):
 
     def __repr__(self) -> str:
         return f"AsyncOverThread({self.store!r})"
+
+
+def as_async(store: Store | AsyncStore) -> AsyncStore:
+    """``store`` itself when it has async methods of its own, else an
+    :class:`AsyncOverThread` over it: the async view every async caller of a store uses."""
+    return store if isinstance(store, AsyncStore) else AsyncOverThread(store)
