@@ -10,9 +10,11 @@ from typing import Any
 def run_processes(
     target: Callable[..., None], args: Sequence[tuple[Any, ...]], timeout: float = 300
 ) -> None:
-    """Run ``target(*a, barrier)`` for each ``a`` in ``args``, each in a spawned process (no
-    inherited locks or connections), all sharing one barrier so that they start together.
-    Every process must exit with status 0; any still running after ``timeout`` is killed."""
+    """Run ``target(*a, barrier)`` for each ``a`` in ``args``, each in a process of its own,
+    all sharing one barrier so that they start together. The processes fork from a forkserver
+    (a clean process: no locks or connections of this one) that has the test imports loaded
+    once, instead of each starting an interpreter and importing them again. Every process must
+    exit with status 0; any still running after ``timeout`` is killed."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(
         ["pytest", "hypothesis", "zerda.memory", "zerda.stores", "redis", "psycopg", "psycopg_pool"]

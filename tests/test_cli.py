@@ -164,10 +164,10 @@ class Zerda:
     def _in_process(self, argv: list[str], stdin: bytes | None, env: dict[str, str]) -> Run:
         from zerda.cli import main
 
-        streams = {
-            name: io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="")
-            for name in ("stdout", "stderr")
-        }
+        raw_out, raw_err = io.BytesIO(), io.BytesIO()
+        out, err = (
+            io.TextIOWrapper(raw, encoding="utf-8", newline="") for raw in (raw_out, raw_err)
+        )
         given = io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8")
         saved = (dict(os.environ), os.getcwd(), sys.stdin, sys.stdout, sys.stderr)
         root = logging.getLogger()
@@ -177,7 +177,7 @@ class Zerda:
             os.environ.update(env)
             time.tzset()
             os.chdir(self.tmp)
-            sys.stdin, sys.stdout, sys.stderr = given, streams["stdout"], streams["stderr"]
+            sys.stdin, sys.stdout, sys.stderr = given, out, err
             # As in a new process: no handler, so the library's warnings reach standard error
             # through logging's last resort, as a user sees them.
             root.handlers, root.level = [], logging.WARNING
@@ -193,14 +193,9 @@ class Zerda:
             os.environ.update(environ)
             time.tzset()
             os.chdir(cwd)
-        out, err = (streams[n] for n in ("stdout", "stderr"))
         out.flush()
         err.flush()
-        return Run(
-            code,
-            out.buffer.getvalue().decode("utf-8"),  # type: ignore[attr-defined]
-            err.buffer.getvalue().decode("utf-8"),  # type: ignore[attr-defined]
-        )
+        return Run(code, raw_out.getvalue().decode("utf-8"), raw_err.getvalue().decode("utf-8"))
 
     def imported(self, session: str = "demo", path: Path = EXAMPLE) -> Run:
         return self("import", str(path), "--session", session).succeeded()
